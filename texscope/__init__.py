@@ -1,0 +1,31 @@
+"""texscope: texture or buffer, for every tensor of a TVM Relax model on mobile GPUs."""
+
+from .collect_consumer import ConsumerInfo, Demand, collect_consumer
+from .collect_producer import ProducerInfo, ScopeChoice, collect_producer
+from .convert_layout import ConvertToPackedLayout
+from .define_vdevice import define_vdevice
+from .errors import TexscopeError
+from .pipeline import AnnotateTextureScope, texture_scope_pipeline
+from .registry import OpKey, OpSupport, PatternKey, Storage, register_op
+from .targets import TextureTarget, texture_target
+
+__all__ = [
+    "AnnotateTextureScope",
+    "ConsumerInfo",
+    "ConvertToPackedLayout",
+    "Demand",
+    "OpKey",
+    "OpSupport",
+    "PatternKey",
+    "ProducerInfo",
+    "ScopeChoice",
+    "Storage",
+    "TexscopeError",
+    "TextureTarget",
+    "collect_consumer",
+    "collect_producer",
+    "define_vdevice",
+    "register_op",
+    "texture_scope_pipeline",
+    "texture_target",
+]

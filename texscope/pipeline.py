@@ -1,0 +1,96 @@
+"""Stages 2-5 as one pass, and the whole texture-scope pipeline."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .cleanup import Cleanup
+from .collect_consumer import collect_consumer
+from .collect_producer import ProducerInfo, collect_producer
+from .define_vdevice import define_vdevice
+from .errors import TexscopeError
+from .graph import called_functions
+from .targets import TextureTarget, texture_target
+from .convert_layout import ConvertToPackedLayout
+
+ANNOTATED_ATTR = "texscope_target"
+
+
+def annotated_functions(mod: tvm.IRModule) -> list[relax.GlobalVar]:
+    """The Relax functions texscope annotates: all but fused primitive ones."""
+    return sorted(
+        (
+            gvar
+            for gvar, func in mod.functions.items()
+            if isinstance(func, relax.Function)
+            and not (func.attrs and int(func.attrs.get("Primitive", 0)))
+        ),
+        key=lambda g: g.name_hint,
+    )
+
+
+def plan_module(mod: tvm.IRModule, texture: TextureTarget) -> dict[str, ProducerInfo]:
+    """Run stages 2 and 3 on every annotated function."""
+    callees = called_functions(mod)
+    return {
+        gvar.name_hint: collect_producer(
+            collect_consumer(mod, gvar, texture, params_are_buffers=gvar.name_hint in callees)
+        )
+        for gvar in annotated_functions(mod)
+    }
+
+
+def _check_not_annotated(mod: tvm.IRModule) -> None:
+    for gvar in annotated_functions(mod):
+        for block in mod[gvar].body.blocks:
+            for binding in block.bindings:
+                ty = binding.var.ty
+                if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
+                    raise TexscopeError(
+                        "the module already carries VDevice annotations (from another "
+                        "pass?); give texscope the module before annotation",
+                        gvar.name_hint,
+                        binding.var.name,
+                    )
+
+
+def AnnotateTextureScope(target) -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+    """Stages 2-5: choose and realize a memory scope for every tensor.
+
+    A drop-in replacement for
+    ``relax.backend.adreno.transform.AnnotateCustomMemoryScope(target)``.
+    Running it on a module it already annotated returns that module.
+
+    Parameters
+    ----------
+    target : tvm.target.Target or str
+        A texture-capable GPU target.
+
+    Returns
+    -------
+    tvm.ir.transform.Pass
+    """
+    texture = texture_target(target)
+    cleanup = Cleanup()
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.AnnotateTextureScope")
+    def annotate(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if mod.attrs is not None and ANNOTATED_ATTR in mod.attrs:
+            return mod
+        if not annotated_functions(mod):
+            raise TexscopeError("the module has no Relax function to annotate")
+        _check_not_annotated(mod)
+        mod = define_vdevice(mod, plan_module(mod, texture), texture)
+        mod = cleanup(mod)
+        return mod.with_attr(ANNOTATED_ATTR, str(texture.target.kind.name))
+
+    return annotate
+
+
+def texture_scope_pipeline(target) -> tvm.transform.Sequential:
+    """Stage 1 then stages 2-5, for a build script to splice in."""
+    return tvm.transform.Sequential(
+        [ConvertToPackedLayout(target), AnnotateTextureScope(target)],
+        name="texscope.texture_scope_pipeline",
+    )

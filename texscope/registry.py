@@ -1,0 +1,278 @@
+"""What each operator's kernel accepts, per operand and per output, as data.
+
+The stages never test an operator by name: they ask :func:`support_for` what a
+call accepts and act on the answer.  An entry matches either a Relax operator
+call kept unlegalized by stage 1 (its attributes are still there), or a
+legalized PrimFunc by its ``op_pattern``.  Users add entries with
+:func:`register_op`; entries registered later take precedence.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+
+import attrs
+import tvm
+from tvm import relax
+
+# relay's OpPatternKind, as AnnotateTIROpPattern writes it on PrimFuncs.
+PATTERN_INJECTIVE = 2
+PATTERN_OPAQUE = 8
+
+
+class Storage(enum.Enum):
+    """How a tensor is stored on the GPU."""
+
+    BUFFER = "buffer"
+    TEXTURE = "texture"
+
+
+RepSet = frozenset  # of Storage
+ANY = frozenset({Storage.TEXTURE, Storage.BUFFER})
+TEXTURE = frozenset({Storage.TEXTURE})
+BUFFER = frozenset({Storage.BUFFER})
+
+
+def _repsets(value: Sequence[frozenset]) -> tuple[frozenset, ...]:
+    return tuple(frozenset(v) for v in value)
+
+
+OP_RECORD_ATTR = "texscope_op"
+
+
+def recorded_op(call: relax.Call, mod: tvm.IRModule) -> tuple[str | None, Mapping]:
+    """The operator behind a call and its attribute values.
+
+    For a Relax operator call, its name and attributes; for a ``call_tir``,
+    what stage 1 recorded on the PrimFunc it legalized to (``texscope_op``).
+    """
+    if not isinstance(call.op, tvm.ir.Op):
+        return None, {}
+    if call.op.name == "relax.call_tir":
+        func = mod[call.args[0]]
+        record = func.attrs.get(OP_RECORD_ATTR) if func.attrs else None
+        if record is None:
+            return None, {}
+        return str(record["op"]), record
+    return call.op.name, call.attrs
+
+
+@attrs.frozen
+class OpKey:
+    """Matches calls of a Relax operator whose attributes have given values.
+
+    The call may be the Relax call itself, or a ``call_tir`` whose PrimFunc
+    stage 1 legalized from such a call.
+
+    Parameters
+    ----------
+    op : str
+        The operator, e.g. ``"relax.nn.max_pool2d"``.
+    where : mapping of str to str
+        Attribute values the call must have, compared as strings.
+    """
+
+    op: str
+    where: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+
+    def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
+        op, values = recorded_op(call, mod)
+        if op != self.op:
+            return False
+        return all(str(_get(values, k)) == v for k, v in self.where.items())
+
+    def describe(self) -> str:
+        cond = ", ".join(f"{k}={v}" for k, v in self.where.items())
+        return f"{self.op}({cond})" if cond else self.op
+
+
+def _get(values, key: str):
+    if isinstance(values, tvm.ir.Attrs):
+        return getattr(values, key, None)
+    return values.get(key) if key in values else None
+
+
+def op_pattern_of(call: relax.Call, mod: tvm.IRModule) -> int:
+    """The ``op_pattern`` of a ``call_tir``'s PrimFunc; opaque for anything else."""
+    if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+        func = mod[call.args[0]]
+        if func.attrs and "op_pattern" in func.attrs:
+            return int(func.attrs["op_pattern"])
+    return PATTERN_OPAQUE
+
+
+@attrs.frozen
+class PatternKey:
+    """Matches a ``call_tir`` whose PrimFunc's ``op_pattern`` is at most a bound."""
+
+    max_pattern: int
+
+    def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
+        return op_pattern_of(call, mod) <= self.max_pattern
+
+    def describe(self) -> str:
+        return f"op_pattern <= {self.max_pattern}"
+
+
+@attrs.frozen
+class OpSupport:
+    """The storages one operator's kernel accepts.
+
+    Parameters
+    ----------
+    name : str
+        A short label used in reports.
+    key : OpKey or PatternKey or None
+        Which calls the entry describes; None for entries the stages use
+        directly rather than look up.
+    inputs : tuple of frozenset of Storage
+        Accepted storages per tensor operand; the last one repeats for any
+        further operands.
+    outputs : tuple of frozenset of Storage
+        Storages the kernel can write, per output (tuple field); the last one
+        repeats.
+    desired_layouts : tuple of str, optional
+        Layouts stage 1 asks ConvertLayout for (data, kernel, output).
+    keep_unlegalized : bool
+        Stage 1 leaves the operator a Relax call (its legalization comes later
+        in the build, and its type inference honours a VDevice in
+        ``ty_args``); otherwise stage 1 legalizes it and records its
+        attributes on the PrimFunc (see :func:`recorded_op`).
+    note : str
+        Why the entry says what it says.
+
+    Notes
+    -----
+    A tensor that cannot be a texture (wrong rank, symbolic shape, over the
+    limits) is read and written as a buffer by every kernel, whatever its
+    entry says: buffer is the universal fallback.
+    """
+
+    name: str
+    key: OpKey | PatternKey | None
+    inputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
+    outputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
+    desired_layouts: tuple[str, ...] | None = None
+    keep_unlegalized: bool = False
+    note: str = ""
+
+    def input(self, operand: int) -> frozenset:
+        return self.inputs[min(operand, len(self.inputs) - 1)]
+
+    def output(self, field: int) -> frozenset:
+        return self.outputs[min(field, len(self.outputs) - 1)]
+
+
+OPAQUE = OpSupport(
+    name="opaque",
+    key=PatternKey(PATTERN_OPAQUE),
+    inputs=(BUFFER,),
+    outputs=(BUFFER,),
+    note="no texture kernel is known for it: buffers only",
+)
+
+BUILTIN: tuple[OpSupport, ...] = (
+    OpSupport(
+        name="conv2d_nchw4c",
+        key=OpKey("relax.nn.conv2d", {"data_layout": "NCHW4c", "kernel_layout": "OIHW4o"}),
+        inputs=(TEXTURE, BUFFER),
+        outputs=(ANY,),
+        desired_layouts=("NCHW4c", "OIHW4o", "NCHW4c"),
+        keep_unlegalized=True,
+        note="the Adreno NCHW4c kernel reads its data through the texture cache; "
+        "weights stay buffers for now",
+    ),
+    OpSupport(
+        name="layout_transform",
+        key=OpKey("relax.layout_transform"),
+        inputs=(BUFFER,),
+        outputs=(ANY,),
+        note="packs channels into whole texels on write; reads a buffer",
+    ),
+    *(
+        OpSupport(
+            name=f"{op.rsplit('.', 1)[1]}_nchw4c",
+            key=OpKey(op, {"layout": "NCHW4c"}),
+            inputs=(TEXTURE,),
+            outputs=(ANY,),
+            note="the Adreno Pool2D schedule reads packed texels",
+        )
+        for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+    ),
+    OpSupport(
+        name="layer_norm",
+        key=OpKey("relax.nn.layer_norm"),
+        inputs=(ANY, BUFFER),
+        outputs=(ANY,),
+        note="reads the packed activation either way; gamma and beta are 1-D buffers",
+    ),
+    OpSupport(
+        name="injective",
+        key=PatternKey(PATTERN_INJECTIVE),
+        inputs=(ANY,),
+        outputs=(ANY,),
+        note="element-wise, broadcast and injective kernels index each texel directly",
+    ),
+)
+
+_user_entries: list[OpSupport] = []
+
+
+def register_op(support: OpSupport) -> OpSupport:
+    """Add an entry; it takes precedence over built-in and earlier ones.
+
+    Returns the entry, so it can be used as an expression.
+    """
+    _user_entries.insert(0, support)
+    return support
+
+
+def entries() -> tuple[OpSupport, ...]:
+    """All entries in lookup order, the opaque fallback last."""
+    return (*_user_entries, *BUILTIN, OPAQUE)
+
+
+FUNCTION_CALL = OpSupport(
+    name="relax_function_call",
+    key=None,
+    inputs=(BUFFER,),
+    outputs=(BUFFER,),
+    note="a call between Relax functions passes buffers",
+)
+
+
+def support_for(call: relax.Call, mod: tvm.IRModule) -> OpSupport:
+    """The entry describing a call: the first that matches, else the opaque fallback."""
+    if isinstance(call.op, relax.GlobalVar):
+        return FUNCTION_CALL
+    for entry in entries():
+        if entry.key is not None and entry.key.matches(call, mod):
+            return entry
+    return OPAQUE
+
+
+def _op_entries():
+    return [e for e in entries() if isinstance(e.key, OpKey)]
+
+
+def kept_ops() -> list[str]:
+    """Relax operators stage 1 leaves unlegalized."""
+    return sorted({e.key.op for e in _op_entries() if e.keep_unlegalized})
+
+
+def recorded_attrs() -> dict[str, list[str]]:
+    """Operators stage 1 legalizes with a record, and the attributes to record."""
+    kept = set(kept_ops())
+    fields: dict[str, set] = {}
+    for e in _op_entries():
+        if e.key.op not in kept:
+            fields.setdefault(e.key.op, set()).update(e.key.where)
+    return {op: sorted(names) for op, names in fields.items()}
+
+
+def desired_layouts() -> dict[str, list[str]]:
+    """ConvertLayout's desired layouts, from the entries that ask for one."""
+    return {
+        e.key.op: list(e.desired_layouts) for e in reversed(_op_entries()) if e.desired_layouts
+    }

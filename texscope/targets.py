@@ -1,0 +1,191 @@
+"""What texscope knows about GPUs: texture limits, texture flavours, VDevices.
+
+A texture holds a 5-D packed tensor ``[d0, d1, d2, d3, 4]``; the last axis is the
+RGBA texel.  Each *flavour* (a TVM memory scope) folds the four outer axes into
+an image array of ``layers x height x width`` texels in its own way; the
+flavour a tensor gets is the first one, in order of preference, whose image
+fits the device's limits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import tvm
+from tvm import relax
+
+from .errors import TexscopeError
+
+BUFFER_SCOPE = "global"
+
+# Which outer axes of [d0, d1, d2, d3, 4] multiply into (layers, height, width),
+# matching TVM's texture flattening for each scope (s_tir/dlight/adreno/utils.py).
+FLAVOUR_AXES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {
+    "global.texture-weight": ((), (0,), (1, 2, 3)),
+    "global.texture-nhwc": ((0,), (1,), (2, 3)),
+    "global.texture": ((0, 1), (2,), (3,)),
+}
+TEXEL_LANES = 4
+
+
+@attrs.frozen
+class TexturePreset:
+    """Texture capabilities of a GPU family.
+
+    Parameters
+    ----------
+    name : str
+        Short name used on the command line.
+    spatial_limit : int
+        Largest image width or height, in texels (inclusive).
+    depth_limit : int
+        Largest number of layers in an image array (inclusive).
+    flavours : tuple of str
+        Texture scopes the device's kernels support, most preferred first.
+    texel_dtypes : frozenset of str
+        Element types a texel may hold (RGBA float or half).
+    """
+
+    name: str
+    spatial_limit: int
+    depth_limit: int
+    flavours: tuple[str, ...] = tuple(FLAVOUR_AXES)
+    texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
+
+
+ADRENO = TexturePreset("adreno", spatial_limit=16384, depth_limit=2048)
+# Valhall-class Mali: 64K image sides, 2048 layers (CL_DEVICE_IMAGE2D_MAX_WIDTH et al.).
+MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048)
+PRESETS = {p.name: p for p in (ADRENO, MALI)}
+
+TEXTURE_KINDS = ("opencl", "vulkan")
+
+
+@attrs.frozen
+class TextureFit:
+    """Whether a tensor can live in a texture, and why (not).
+
+    Parameters
+    ----------
+    scope : str or None
+        The texture flavour chosen, or None when the tensor must be a buffer.
+    reason : str
+        Human-readable justification.
+    """
+
+    scope: str | None
+    reason: str
+
+
+@attrs.frozen
+class TextureTarget:
+    """A texture-capable GPU target with its limits and VDevices.
+
+    Build one with :func:`texture_target`.
+    """
+
+    target: tvm.target.Target = attrs.field(eq=False)
+    kind: str
+    preset: TexturePreset
+
+    @property
+    def spatial_limit(self) -> int:
+        return self.preset.spatial_limit
+
+    @property
+    def depth_limit(self) -> int:
+        return self.preset.depth_limit
+
+    @property
+    def device(self) -> tvm.runtime.Device:
+        return tvm.device(self.kind, 0)
+
+    def fit(self, shape: tuple[int, ...] | None, dtype: str) -> TextureFit:
+        """Decide whether a tensor of this shape and dtype can be a texture."""
+        if shape is None:
+            return TextureFit(None, "shape is not static")
+        if len(shape) != 5 or shape[-1] != TEXEL_LANES:
+            return TextureFit(None, f"shape {list(shape)} is not 5-D packed with inner axis 4")
+        if dtype not in self.preset.texel_dtypes:
+            return TextureFit(None, f"dtype {dtype} is not a texel type")
+        for flavour in self.preset.flavours:
+            layers, height, width = (
+                math.prod(shape[axis] for axis in group) for group in FLAVOUR_AXES[flavour]
+            )
+            if (
+                layers <= self.depth_limit
+                and height <= self.spatial_limit
+                and width <= self.spatial_limit
+            ):
+                return TextureFit(
+                    flavour, f"fits {flavour} as {layers} x {height} x {width} texels"
+                )
+        return TextureFit(
+            None,
+            f"shape {list(shape)} exceeds the texture limits "
+            f"(spatial {self.spatial_limit}, depth {self.depth_limit})",
+        )
+
+
+def texture_target(target: tvm.target.Target | str | dict) -> TextureTarget:
+    """Resolve a TVM target into a :class:`TextureTarget`.
+
+    Limits come from the target's ``texture_spatial_limit`` and
+    ``texture_depth_limit`` attributes where set, else from the preset of its
+    ``device`` (Adreno when unknown).
+
+    Raises
+    ------
+    TexscopeError
+        If the target is not an OpenCL or Vulkan GPU target with ``texture``
+        among its keys.
+    """
+    if not isinstance(target, tvm.target.Target):
+        try:
+            target = tvm.target.Target(target)
+        except Exception as err:  # TVM raises several error types for bad specs
+            raise TexscopeError(f"unknown target {target!r}: {err}") from None
+    kind = target.kind.name
+    if kind not in TEXTURE_KINDS or "texture" not in target.keys:
+        raise TexscopeError(
+            f"target {target.export()['kind']} with keys {list(target.keys)} has no GPU "
+            "texture support; use an OpenCL or Vulkan target with the 'texture' key, "
+            "e.g. 'qcom/adreno-opencl-texture'"
+        )
+    target_attrs = target.attrs
+    base = PRESETS.get(str(target_attrs.get("device", "")), ADRENO)
+    preset = attrs.evolve(
+        base,
+        spatial_limit=int(target_attrs.get("texture_spatial_limit", base.spatial_limit)),
+        depth_limit=int(target_attrs.get("texture_depth_limit", base.depth_limit)),
+    )
+    return TextureTarget(target=target, kind=kind, preset=preset)
+
+
+class VDeviceTable:
+    """The VDevices of one module, one per memory scope, created on demand.
+
+    RealizeVDevice compares VDevices by identity, so every type must use the
+    very objects listed in the module's ``global_infos``; this table hands
+    them out.
+    """
+
+    def __init__(self, texture: TextureTarget):
+        self._target = texture.target
+        self._by_scope: dict[str, relax.VDevice] = {}
+
+    def __getitem__(self, scope: str) -> relax.VDevice:
+        vdevice = self._by_scope.get(scope)
+        if vdevice is None:
+            vdevice = relax.VDevice(self._target, 0, scope)
+            self._by_scope[scope] = vdevice
+        return vdevice
+
+    def adopt(self, existing: list[relax.VDevice]) -> None:
+        """Reuse VDevices already listed in a module."""
+        for vdevice in existing:
+            self._by_scope.setdefault(str(vdevice.memory_scope), vdevice)
+
+    def listed(self) -> list[relax.VDevice]:
+        return list(self._by_scope.values())
