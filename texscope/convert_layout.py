@@ -15,6 +15,7 @@ import tvm
 from tvm import relax
 
 from . import registry
+from .graph import require_shapes
 from .targets import texture_target
 
 
@@ -62,6 +63,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.ConvertToPackedLayout")
     def convert(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        require_shapes(mod)
         passes = tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import re
 
-class TexscopeError(Exception):
+import tvm_ffi
+
+_LOCATION = re.compile(r"^function '([^']*)'(?:, binding '([^']*)')?: ", re.S)
+
+
+# Registered with tvm_ffi so that an error raised inside a pass keeps its type
+# when it crosses TVM's C++ pass infrastructure; only the message crosses, so
+# the location is parsed back from it.
+@tvm_ffi.register_error
+class TexscopeError(RuntimeError):
     """Bad input or an unsupported construct, located in the IR.
 
     Parameters
@@ -17,6 +27,8 @@ class TexscopeError(Exception):
     """
 
     def __init__(self, message: str, function: str | None = None, binding: str | None = None):
+        if function is None and (found := _LOCATION.match(message)):
+            function, binding, message = found.group(1), found.group(2), message[found.end():]
         self.function = function
         self.binding = binding
         where = ""

@@ -274,3 +274,16 @@ def called_functions(mod: tvm.IRModule) -> set[str]:
                     if isinstance(mod[value.op], relax.Function):
                         names.add(value.op.name_hint)
     return names
+
+
+def require_shapes(mod: tvm.IRModule) -> None:
+    """Raise unless every tensor of every Relax function has a known shape."""
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        variables = list(func.params)
+        for block in func.body.blocks:
+            variables.extend(binding.var for binding in block.bindings)
+        for var in variables:
+            if isinstance(var.ty, relax.TensorType):
+                static_shape(var.ty, gvar.name_hint, var.name)

@@ -1,0 +1,90 @@
+"""Shared checks: every pass leaves its input alone and returns well-formed IR."""
+
+import tvm
+from tvm import relax
+
+ADRENO = tvm.target.Target("qcom/adreno-opencl-texture")
+VULKAN = tvm.target.Target("qcom/adreno-vulkan-texture")
+# An Adreno-like target with tiny limits, so small test tensors can exceed them.
+TINY = tvm.target.Target(
+    {
+        "kind": "opencl",
+        "keys": ["adreno", "opencl", "gpu", "texture"],
+        "device": "adreno",
+        "texture_spatial_limit": 64,
+        "texture_depth_limit": 16,
+    }
+)
+
+
+def run_pass(pass_, mod: tvm.IRModule) -> tvm.IRModule:
+    """Run a pass, check the result is well formed and the input untouched."""
+    before = tvm.ir.load_json(tvm.ir.save_json(mod))
+    out = pass_(mod)
+    relax.analysis.well_formed(out)
+    tvm.ir.assert_structural_equal(mod, before)
+    return out
+
+
+def with_ty_args(mod: tvm.IRModule) -> tvm.IRModule:
+    """Copy each Relax operator binding's annotated type into its call's ty_args.
+
+    TVMScript cannot parse ``ty_args`` on operator calls such as
+    ``R.nn.conv2d``, so expected modules write the type on the binding.
+    """
+    functions = dict(mod.functions)
+    builder = relax.BlockBuilder(mod)
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        blocks = []
+        for block in func.body.blocks:
+            bindings = []
+            for binding in block.bindings:
+                value = binding.value
+                if (
+                    isinstance(value, relax.Call)
+                    and isinstance(value.op, tvm.ir.Op)
+                    and not value.op.name.startswith("relax.call_tir")
+                    and value.op.name not in ("relax.to_vdevice", "relax.hint_on_device")
+                ):
+                    value = builder.normalize(
+                        relax.Call(value.op, value.args, value.attrs, [binding.var.ty])
+                    )
+                    binding = relax.VarBinding(binding.var, value)
+                bindings.append(binding)
+            blocks.append(type(block)(bindings))
+        body = builder.normalize(relax.SeqExpr(blocks, func.body.body))
+        functions[gvar] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def bindings(mod: tvm.IRModule, function: str = "main"):
+    for block in mod[function].body.blocks:
+        yield from block.bindings
+
+
+def scopes(mod: tvm.IRModule, function: str = "main") -> dict[str, str]:
+    """Memory scope of every tensor variable (params and bindings) of a function.
+
+    Only for functions whose variable names are unique.
+    """
+    found = {}
+    variables = list(mod[function].params) + [b.var for b in bindings(mod, function)]
+    for var in variables:
+        ty = var.ty
+        if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
+            assert var.name not in found, f"{var.name} names two variables"
+            found[var.name] = str(ty.vdevice.memory_scope)
+    return found
+
+
+def copies(mod: tvm.IRModule, function: str = "main") -> list[str]:
+    """Names of the to_vdevice copies a function makes."""
+    return [
+        b.var.name
+        for b in bindings(mod, function)
+        if isinstance(b.value, relax.Call)
+        and isinstance(b.value.op, tvm.ir.Op)
+        and b.value.op.name == "relax.to_vdevice"
+    ]

@@ -1,0 +1,188 @@
+"""Relax modules, one per decision rule, as a model author would write them."""
+
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+
+@I.ir_module
+class Seed:
+    @R.function
+    def main(
+        x: R.Tensor((2, 64, 56, 56), "float32"), w: R.Tensor((32, 64, 3, 3), "float32")
+    ) -> R.Tensor((2, 32, 54, 54), "float32"):
+        with R.dataflow():
+            gv = R.nn.conv2d(x, w, out_dtype="float32")
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class ConvRelu:
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            gv = R.nn.relu(c)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class Residual:
+    @R.function
+    def main(
+        x: R.Tensor((1, 8, 16, 16), "float32"),
+        w1: R.Tensor((8, 8, 3, 3), "float32"),
+        w2: R.Tensor((8, 8, 3, 3), "float32"),
+    ):
+        with R.dataflow():
+            c1 = R.nn.conv2d(x, w1, padding=(1, 1))
+            r1 = R.nn.relu(c1)
+            c2 = R.nn.conv2d(r1, w2, padding=(1, 1))
+            s = R.add(c2, r1)
+            gv = R.nn.relu(s)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class Concat:
+    @R.function
+    def main(
+        x: R.Tensor((1, 8, 16, 16), "float32"),
+        w1: R.Tensor((8, 8, 3, 3), "float32"),
+        w2: R.Tensor((8, 8, 3, 3), "float32"),
+        w3: R.Tensor((8, 16, 1, 1), "float32"),
+    ):
+        with R.dataflow():
+            a = R.nn.conv2d(x, w1, padding=(1, 1))
+            b = R.nn.conv2d(x, w2, padding=(1, 1))
+            ab = R.concat((a, b), axis=1)
+            gv = R.nn.conv2d(ab, w3)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class MaxPool:
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            gv = R.nn.max_pool2d(c, pool_size=(2, 2), strides=(2, 2))
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class Reductions:
+    """The conv output is read only by reductions: no texture pays off."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            m = R.mean(c, axis=[2, 3])
+            s = R.sum(c, axis=[2, 3])
+            gv = (m, s)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class Softmax:
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            gv = R.nn.softmax(c, axis=1)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class Conflict:
+    """The conv output feeds a pool (texture only) and two reductions (buffers only)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            p = R.nn.max_pool2d(c, pool_size=(2, 2), strides=(2, 2))
+            m = R.mean(c, axis=[2, 3])
+            s = R.sum(c, axis=[2, 3])
+            gv = (p, m, s)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class PackedParams:
+    """Parameters already packed: x feeds a pool and an add, y only a reduction."""
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 16, 16, 4), "float32"), y: R.Tensor((1, 2, 16, 16, 4), "float32")):
+        with R.dataflow():
+            p = R.nn.max_pool2d(x, pool_size=(2, 2), strides=(2, 2), layout="NCHW4c")
+            a = R.add(x, x)
+            m = R.sum(y, axis=[2, 3])
+            gv = (p, a, m)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class BatchNorm:
+    """Batch-norm parameters are 1-D: they are never textures, so never copied."""
+
+    @R.function
+    def main(
+        x: R.Tensor((1, 8, 16, 16), "float32"),
+        w: R.Tensor((8, 8, 3, 3), "float32"),
+        gamma: R.Tensor((8,), "float32"),
+        beta: R.Tensor((8,), "float32"),
+        mean: R.Tensor((8,), "float32"),
+        var: R.Tensor((8,), "float32"),
+    ):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            bn = R.nn.batch_norm(c, gamma, beta, mean, var, axis=1)
+            gv = R.nn.relu(bn[0])
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class OverLimits:
+    """Under a target with tiny limits the small tensor fits and the large does not."""
+
+    @R.function
+    def main(
+        small: R.Tensor((1, 8, 16, 16), "float32"),
+        large: R.Tensor((1, 8, 128, 128), "float32"),
+        w: R.Tensor((8, 8, 3, 3), "float32"),
+    ):
+        with R.dataflow():
+            a = R.nn.conv2d(small, w, padding=(1, 1))
+            b = R.nn.conv2d(large, w, padding=(1, 1))
+            gv = (a, b)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class NoDataflow:
+    @R.function
+    def main(x: R.Tensor((1, 2, 8, 8, 4), "float32")):
+        y = R.nn.relu(x)
+        return y
+
+
+@I.ir_module
+class NoShape:
+    @R.function
+    def main(x: R.Tensor("float32", ndim=5)):
+        with R.dataflow():
+            y = R.nn.relu(x)
+            R.output(y)
+        return y

@@ -1,0 +1,151 @@
+"""The whole texture-scope pipeline on one module per decision rule."""
+
+import pytest
+import tvm
+from tvm import relax
+
+import texscope
+from conftest import ADRENO, TINY, VULKAN, copies, run_pass, scopes, with_ty_args
+from modules import expected, rules
+from texscope.convert_layout import LegalizeKeepingAttrs
+
+TW = "global.texture-weight"
+G = "global"
+
+
+def pipeline(mod, target=ADRENO):
+    return run_pass(texscope.texture_scope_pipeline(target), mod)
+
+
+def test_seed_is_exactly_the_design():
+    out = pipeline(rules.Seed)
+    tvm.ir.assert_structural_equal(out, with_ty_args(expected.SeedExpected))
+
+
+def test_conflicting_consumers_share_one_copy():
+    out = pipeline(rules.Conflict)
+    tvm.ir.assert_structural_equal(out, with_ty_args(expected.ConflictExpected))
+    assert copies(out) == ["c_global"]
+
+
+def test_conv_relu_reads_texture_and_unpacks_from_buffer():
+    out = pipeline(rules.ConvRelu)
+    assert scopes(out) == {
+        "x": G, "w": G, "lv": TW, "lv1": G, "c": TW, "lv2": G, "gv": G,
+    }
+    assert copies(out) == []
+
+
+def test_residual_add_keeps_the_chain_in_texture():
+    out = pipeline(rules.Residual)
+    assert scopes(out) == {
+        "x": G, "w1": G, "w2": G, "lv": TW, "lv1": G, "c1": TW, "r1": TW,
+        "lv2": G, "c2": TW, "s": TW, "lv3": G, "gv": G,
+    }
+    assert copies(out) == []
+
+
+def test_concat_reads_and_writes_texture():
+    out = pipeline(rules.Concat)
+    assert scopes(out) == {
+        "x": G, "w1": G, "w2": G, "w3": G, "lv": TW, "lv1": G, "a": TW, "lv2": TW,
+        "lv3": G, "b": TW, "ab": TW, "lv4": G, "lv5": G, "gv": G,
+    }
+    assert copies(out) == []
+
+
+def test_max_pool_reads_texture():
+    out = pipeline(rules.MaxPool)
+    assert scopes(out) == {"x": G, "w": G, "lv": TW, "lv1": G, "c": TW, "lv2": G, "gv": G}
+
+
+def test_reductions_read_buffers_so_the_conv_writes_one():
+    out = pipeline(rules.Reductions)
+    assert scopes(out)["c"] == G
+    assert copies(out) == []
+
+
+def test_softmax_reads_a_buffer():
+    out = pipeline(rules.Softmax)
+    assert scopes(out) == {"x": G, "w": G, "lv": TW, "lv1": G, "c": G, "lv2": G, "gv": G}
+
+
+def test_one_dimensional_params_are_never_textures_nor_copied():
+    out = pipeline(rules.BatchNorm)
+    params = {p.name: str(p.ty.vdevice.memory_scope) for p in out["main"].params}
+    assert params == {"x": G, "w": G, "gamma": G, "beta": G, "mean": G, "var": G}
+    # Relax names need not be unique (legalization makes a second "lv3"): check
+    # every variable's own type rather than a map by name.
+    variables = list(out["main"].params) + [b.var for b in out["main"].body.blocks[0].bindings]
+    tensors = [v for v in variables if isinstance(v.ty, relax.TensorType)]
+    for var in tensors:
+        scope = str(var.ty.vdevice.memory_scope)
+        assert scope == G or var.ty.ndim == 5, f"{var.name} {var.ty}"
+    assert any(str(v.ty.vdevice.memory_scope) == TW for v in tensors)
+    assert copies(out) == []
+
+
+def test_limits_come_from_the_target():
+    out = pipeline(rules.OverLimits, TINY)
+    found = scopes(out)
+    # (1, 2, 16, 16, 4) fits only as 2 layers of 16 x 16 texels under a 64 limit;
+    assert found["lv"] == "global.texture"
+    # (1, 2, 128, 128, 4) fits no flavour: it stays a buffer, and its conv reads it.
+    assert found["lv2"] == G
+    assert copies(out) == []
+
+
+def test_packed_parameters_take_the_scope_their_consumers_need():
+    annotate = tvm.transform.Sequential(
+        [LegalizeKeepingAttrs(), texscope.AnnotateTextureScope(ADRENO)]
+    )
+    with ADRENO:
+        out = run_pass(annotate, rules.PackedParams)
+    found = scopes(out)
+    assert found["x"] == TW  # a pool and an add read it: texture, no copy
+    assert found["y"] == G  # only a reduction reads it
+    assert copies(out) == []
+
+
+def test_vulkan_target_makes_vulkan_vdevices():
+    out = pipeline(rules.Seed, VULKAN)
+    assert {str(v.target.kind.name) for v in out.global_infos["vdevice"]} == {"vulkan"}
+    assert 'vdevice="vulkan:1:global.texture-nhwc"' in out.script()
+
+
+def test_a_second_run_changes_nothing():
+    once = pipeline(rules.Conflict)
+    twice = run_pass(texscope.AnnotateTextureScope(ADRENO), once)
+    tvm.ir.assert_structural_equal(once, twice)
+
+
+def test_a_module_annotated_by_upstream_is_refused():
+    stage1 = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.ConvRelu)
+    upstream = relax.backend.adreno.transform.AnnotateCustomMemoryScope(ADRENO)(stage1)
+    with pytest.raises(texscope.TexscopeError) as err:
+        texscope.AnnotateTextureScope(ADRENO)(upstream)
+    assert err.value.function == "main"
+    assert err.value.binding is not None
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda", {"kind": "opencl"}])
+def test_a_target_without_textures_is_refused(target):
+    with pytest.raises(texscope.TexscopeError, match="no GPU texture support"):
+        texscope.texture_scope_pipeline(target)
+
+
+def test_an_unknown_target_is_refused():
+    with pytest.raises(texscope.TexscopeError, match="unknown target"):
+        texscope.AnnotateTextureScope("no-such-gpu")
+
+
+def test_a_function_without_dataflow_is_refused_naming_the_binding():
+    with pytest.raises(texscope.TexscopeError) as err:
+        texscope.texture_scope_pipeline(ADRENO)(rules.NoDataflow)
+    assert (err.value.function, err.value.binding) == ("main", "y")
+
+
+def test_a_tensor_without_shape_is_refused_naming_it():
+    with pytest.raises(texscope.TexscopeError) as err:
+        texscope.texture_scope_pipeline(ADRENO)(rules.NoShape)
+    assert (err.value.function, err.value.binding) == ("main", "x")
