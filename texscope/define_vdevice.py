@@ -123,9 +123,8 @@ class _FunctionRewriter:
                 self.var_map[var] = new_var
             block_type = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
             blocks.append(block_type(bindings))
-        result = self.builder.normalize(self.substitute(func.body.body))
-        return relax.Function(params, relax.SeqExpr(blocks, result), result.ty, func.is_pure,
-                              func.attrs)
+        body = self.builder.normalize(relax.SeqExpr(blocks, self.substitute(func.body.body)))
+        return relax.Function(params, body, body.ty, func.is_pure, func.attrs)
 
 
 def _kernel_inputs(call: relax.Call) -> list[relax.Expr]:

@@ -128,12 +128,39 @@ class TextureTarget:
         )
 
 
+# Targets by short name. TVM's OpenCL target kind defaults its texture limits to
+# Adreno's, so a non-Adreno OpenCL target must state its limits explicitly.
+TARGET_PRESETS: dict[str, str | dict] = {
+    "adreno-opencl": "qcom/adreno-opencl-texture",
+    "adreno-vulkan": "qcom/adreno-vulkan-texture",
+    "mali-opencl": {
+        "kind": "opencl",
+        "device": "mali",
+        "keys": ["mali", "opencl", "gpu", "texture"],
+        "texture_spatial_limit": MALI.spatial_limit,
+        "texture_depth_limit": MALI.depth_limit,
+    },
+}
+
+
+def make_target(spec: tvm.target.Target | str | dict) -> tvm.target.Target:
+    """A TVM target from a preset name, a tag, a JSON string or dict, or a Target."""
+    if isinstance(spec, tvm.target.Target):
+        return spec
+    spec = TARGET_PRESETS.get(spec, spec) if isinstance(spec, str) else spec
+    try:
+        return tvm.target.Target(spec)
+    except Exception as err:  # TVM raises several error types for bad specs
+        raise TexscopeError(f"unknown target {spec!r}: {err}") from None
+
+
 def texture_target(target: tvm.target.Target | str | dict) -> TextureTarget:
-    """Resolve a TVM target into a :class:`TextureTarget`.
+    """Resolve a target (see :func:`make_target`) into a :class:`TextureTarget`.
 
     Limits come from the target's ``texture_spatial_limit`` and
-    ``texture_depth_limit`` attributes where set, else from the preset of its
-    ``device`` (Adreno when unknown).
+    ``texture_depth_limit`` attributes where present, else from the preset of
+    its ``device`` (Adreno when unknown); texel types and flavours from that
+    preset.
 
     Raises
     ------
@@ -141,11 +168,7 @@ def texture_target(target: tvm.target.Target | str | dict) -> TextureTarget:
         If the target is not an OpenCL or Vulkan GPU target with ``texture``
         among its keys.
     """
-    if not isinstance(target, tvm.target.Target):
-        try:
-            target = tvm.target.Target(target)
-        except Exception as err:  # TVM raises several error types for bad specs
-            raise TexscopeError(f"unknown target {target!r}: {err}") from None
+    target = make_target(target)
     kind = target.kind.name
     if kind not in TEXTURE_KINDS or "texture" not in target.keys:
         raise TexscopeError(

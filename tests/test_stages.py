@@ -1,0 +1,112 @@
+"""Each stage alone, its results compared field by field."""
+
+import tvm
+from tvm import relax
+
+import texscope
+from conftest import ADRENO, run_pass
+from modules import annotated, rules
+from texscope.cleanup import Cleanup
+from texscope.collect_consumer import RETURN
+from texscope.registry import ANY, BUFFER, TEXTURE, Storage
+
+TW = "global.texture-weight"
+
+
+def stage1(mod):
+    return run_pass(texscope.ConvertToPackedLayout(ADRENO), mod)
+
+
+def consumers(mod):
+    return texscope.collect_consumer(mod, "main", texscope.texture_target(ADRENO))
+
+
+def op_calls(mod, op_name):
+    return [b for b in mod["main"].body.blocks[0].bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+            and b.value.op.name == op_name]
+
+
+def test_stage1_packs_conv2d_and_records_attributes_of_legalized_ops():
+    mod = stage1(rules.Conflict)
+    conv = [b.value for b in op_calls(mod, "relax.nn.conv2d")]
+    assert [(c.attrs.data_layout, c.attrs.kernel_layout) for c in conv] == [("NCHW4c", "OIHW4o")]
+    records = {gv.name_hint: dict(f.attrs["texscope_op"]) for gv, f in mod.functions.items()
+               if isinstance(f, tvm.tirx.PrimFunc) and "texscope_op" in f.attrs}
+    assert records["max_pool2d"] == {"op": "relax.nn.max_pool2d", "layout": "NCHW4c"}
+    assert records["te_layout_transform"] == {"op": "relax.layout_transform"}
+    assert all("op_pattern" in f.attrs for f in mod.functions.values()
+               if isinstance(f, tvm.tirx.PrimFunc))
+
+
+def test_collect_consumer_lists_every_demand():
+    info = consumers(stage1(rules.Conflict))
+    fields = [(d.consumer, d.operand, d.accepts, d.wants, d.entry) for d in info.of("c")]
+    assert fields == [
+        ("p", 0, TEXTURE, Storage.TEXTURE, "max_pool2d_nchw4c"),
+        ("m", 0, BUFFER, Storage.BUFFER, "opaque"),
+        ("s", 0, BUFFER, Storage.BUFFER, "opaque"),
+    ]
+    # The unpacking transform reads a buffer; the function's result goes back as a buffer.
+    assert [(d.consumer, d.accepts) for d in info.of("p")] == [("lv2", BUFFER)]
+    assert [(d.consumer, d.accepts) for d in info.of("lv2")] == [(RETURN, BUFFER)]
+    # The packed input feeds conv2d's data operand; the packed weights its kernel operand.
+    assert [(d.consumer, d.operand, d.wants) for d in info.of("lv")] == [("c", 0, Storage.TEXTURE)]
+    assert [(d.consumer, d.operand, d.wants) for d in info.of("lv1")] == [("c", 1, Storage.BUFFER)]
+
+
+def test_collect_consumer_falls_back_to_buffer_when_a_tensor_cannot_be_a_texture():
+    mod = stage1(rules.ConvRelu)
+    info = consumers(mod)
+    (demand,) = info.of("x")  # 4-D: never a texture
+    assert demand.accepts == BUFFER
+    relu_input = info.of("c")
+    assert [d.accepts for d in relu_input] == [ANY]
+
+
+def test_collect_producer_settles_the_conflict():
+    info = texscope.collect_producer(consumers(stage1(rules.Conflict)))
+    c = info.of("c")
+    assert (c.storage, c.scope, c.copied_to, c.copied_for) == (
+        Storage.TEXTURE, TW, ("global",), ("m", "s"),
+    )
+    assert c.copy_bytes == 1 * 2 * 16 * 16 * 4 * 4
+    assert info.of("lv1").scope == "global" and info.of("lv1").copied_to == ()
+    assert info.copies == 1
+    calls = {site.name: site.index for site in info.graph.calls}
+    assert info.reads[calls["p"]] == (TW,)
+    assert info.reads[calls["m"]] == ("global",)
+    assert info.reads[calls["c"]] == (TW, "global")
+
+
+def test_define_vdevice_hints_every_tensor_argument_and_types_every_call():
+    mod = stage1(rules.Conflict)
+    texture = texscope.texture_target(ADRENO)
+    plan = texscope.collect_producer(consumers(mod))
+    out = texscope.define_vdevice(mod, {"main": plan}, texture)
+    relax.analysis.well_formed(out)
+    assert [str(v.memory_scope) for v in out.global_infos["vdevice"]] == ["global", TW]
+    bindings = out["main"].body.blocks[0].bindings
+    hints = op_calls(out, "relax.hint_on_device")
+    hinted = {b.var for b in hints}
+    for binding in bindings:
+        call = binding.value
+        if not isinstance(call, relax.Call) or call.op.name == "relax.hint_on_device":
+            continue
+        inputs = call.args[1].fields if call.op.name == "relax.call_tir" else call.args
+        assert all(arg in hinted for arg in inputs), binding.var.name
+        (ty,) = call.ty_args
+        assert ty.vdevice is not None, binding.var.name
+    # One hint per (tensor, scope) read: c is read as a texture and, shared, as a buffer.
+    c_hints = [b for b in hints if b.var.name.startswith("c_")]
+    assert sorted(str(b.value.attrs.memory_scope) for b in c_hints) == ["global", TW]
+
+
+def test_cleanup_folds_a_texture_only_ever_copied_to_a_buffer():
+    out = run_pass(Cleanup(), annotated.TextureOnlyCopied)
+    tvm.ir.assert_structural_equal(out, annotated.TextureOnlyCopiedFolded)
+
+
+def test_cleanup_keeps_a_copy_when_the_texture_has_other_readers():
+    out = run_pass(Cleanup(), annotated.TextureAlsoReadDirectly)
+    tvm.ir.assert_structural_equal(out, annotated.TextureAlsoReadDirectly)
