@@ -149,3 +149,35 @@ def test_a_tensor_without_shape_is_refused_naming_it():
     with pytest.raises(texscope.TexscopeError) as err:
         texscope.texture_scope_pipeline(ADRENO)(rules.NoShape)
     assert (err.value.function, err.value.binding) == ("main", "x")
+
+
+def upstream_stage1(mod):
+    """The texture prefix of upstream's Adreno legalize_passes."""
+    skip = ["relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"]
+    passes = tvm.transform.Sequential([
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}),
+        relax.transform.Normalize(),
+        relax.transform.FoldConstant(),
+        relax.transform.LegalizeOps(skip_ops=skip),
+        relax.transform.AnnotateTIROpPattern(),
+    ])
+    with ADRENO:
+        return passes(mod)
+
+
+@pytest.mark.parametrize("name", ["Conflict", "MaxPool", "Residual", "Concat", "BatchNorm"])
+def test_drop_in_on_upstreams_stage1_output_decides_the_same(name):
+    module = getattr(rules, name)
+    ours = pipeline(module)
+    theirs = run_pass(texscope.AnnotateTextureScope(ADRENO), upstream_stage1(module))
+    # Legalized layout transforms are recognised by what they do, Relax pools
+    # are legalized first: scopes along the program order agree.
+    def order(mod):
+        return [
+            str(b.var.ty.vdevice.memory_scope)
+            for b in mod["main"].body.blocks[0].bindings
+            if isinstance(b.var.ty, relax.TensorType)
+        ]
+    assert order(theirs) == order(ours)
+    assert copies(theirs) == copies(ours)

@@ -12,7 +12,7 @@ from .define_vdevice import define_vdevice
 from .errors import TexscopeError
 from .graph import called_functions
 from .targets import TextureTarget, texture_target
-from .convert_layout import ConvertToPackedLayout
+from .convert_layout import ConvertToPackedLayout, LegalizeKeepingAttrs
 
 ANNOTATED_ATTR = "texscope_target"
 
@@ -72,6 +72,7 @@ def AnnotateTextureScope(target) -> tvm.ir.transform.Pass:  # pylint: disable=in
     tvm.ir.transform.Pass
     """
     texture = texture_target(target)
+    legalize = LegalizeKeepingAttrs()
     cleanup = Cleanup()
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.AnnotateTextureScope")
@@ -81,6 +82,10 @@ def AnnotateTextureScope(target) -> tvm.ir.transform.Pass:  # pylint: disable=in
         if not annotated_functions(mod):
             raise TexscopeError("the module has no Relax function to annotate")
         _check_not_annotated(mod)
+        # Input from upstream's stage 1 still has Relax pools; their type
+        # inference would ignore the VDevice in ty_args.
+        with texture.target:
+            mod = legalize(mod)
         mod = define_vdevice(mod, plan_module(mod, texture), texture)
         mod = cleanup(mod)
         return mod.with_attr(ANNOTATED_ATTR, str(texture.target.kind.name))

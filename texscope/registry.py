@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 import tvm
+import tvm_ffi
 from tvm import relax
 
 # relay's OpPatternKind, as AnnotateTIROpPattern writes it on PrimFuncs.
@@ -115,6 +116,46 @@ class PatternKey:
         return f"op_pattern <= {self.max_pattern}"
 
 
+def _stores(stmt):
+    """Every BufferStore under a TIR statement."""
+    if isinstance(stmt, tvm.tirx.BufferStore):
+        yield stmt
+        return
+    for child_name in ("seq", "block", "body", "init", "then_case", "else_case"):
+        child = getattr(stmt, child_name, None)
+        if child is None:
+            continue
+        for item in child if isinstance(child, (list, tvm_ffi.Array)) else [child]:
+            yield from _stores(item)
+
+
+def moves_elements_only(func: tvm.tirx.PrimFunc) -> bool:
+    """True for a kernel made of one store of a loaded element (or a pad value):
+    a legalized layout transform, which AnnotateTIROpPattern calls opaque."""
+    stores = list(_stores(func.body))
+    if len(stores) != 1:
+        return False
+    value = stores[0].value
+    op = getattr(value, "op", None)
+    if isinstance(op, tvm.ir.Op) and op.name == "tirx.if_then_else":
+        return any(isinstance(arg, tvm.ir.expr.TensorLoad) for arg in value.args[1:])
+    return isinstance(value, tvm.ir.expr.TensorLoad)
+
+
+@attrs.frozen
+class DataMovementKey:
+    """Matches a ``call_tir`` of an unrecorded PrimFunc that only moves elements."""
+
+    def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
+            return False
+        func = mod[call.args[0]]
+        return isinstance(func, tvm.tirx.PrimFunc) and moves_elements_only(func)
+
+    def describe(self) -> str:
+        return "call_tir(moves elements only)"
+
+
 @attrs.frozen
 class OpSupport:
     """The storages one operator's kernel accepts.
@@ -150,7 +191,7 @@ class OpSupport:
     """
 
     name: str
-    key: OpKey | PatternKey | None
+    key: OpKey | PatternKey | DataMovementKey | None
     inputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     outputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     desired_layouts: tuple[str, ...] | None = None
@@ -213,6 +254,13 @@ BUILTIN: tuple[OpSupport, ...] = (
         inputs=(ANY,),
         outputs=(ANY,),
         note="element-wise, broadcast and injective kernels index each texel directly",
+    ),
+    OpSupport(
+        name="layout_transform_legalized",
+        key=DataMovementKey(),
+        inputs=(BUFFER,),
+        outputs=(ANY,),
+        note="a layout transform legalized before texscope saw it (upstream's stage 1)",
     ),
 )
 
