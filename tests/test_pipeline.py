@@ -181,3 +181,10 @@ def test_drop_in_on_upstreams_stage1_output_decides_the_same(name):
         ]
     assert order(theirs) == order(ours)
     assert copies(theirs) == copies(ours)
+
+
+def test_each_field_of_a_split_gets_its_own_scope():
+    out = pipeline(rules.SplitFields)
+    (split,) = [b for b in out["main"].body.blocks[0].bindings if b.var.name == "parts"]
+    assert [str(f.vdevice.memory_scope) for f in split.value.ty_args[0].fields] == [TW, G]
+    assert copies(out) == []

@@ -186,3 +186,19 @@ class NoShape:
             y = R.nn.relu(x)
             R.output(y)
         return y
+
+
+@I.ir_module
+class SplitFields:
+    """Each field of a split goes its own way: one to a pool, one to a reduction."""
+
+    @R.function
+    def main(x: R.Tensor((1, 16, 16, 16), "float32"), w: R.Tensor((16, 16, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            parts = R.split(c, 2, axis=1)
+            p = R.nn.max_pool2d(parts[0], pool_size=(2, 2), strides=(2, 2))
+            m = R.sum(parts[1], axis=[2, 3])
+            gv = (p, m)
+            R.output(gv)
+        return gv

@@ -1,0 +1,66 @@
+"""The op registry: which entry describes which call, and user entries."""
+
+import pytest
+import tvm
+from tvm import relax
+
+import texscope
+from conftest import ADRENO, run_pass, scopes
+from modules import rules
+from texscope import registry
+
+
+def entry_names(mod):
+    return {
+        b.var.name: registry.support_for(b.value, mod).name
+        for b in mod["main"].body.blocks[0].bindings
+        if isinstance(b.value, relax.Call)
+    }
+
+
+def test_stage1_output_calls_map_to_their_entries():
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.Conflict)
+    assert entry_names(mod) == {
+        "lv": "layout_transform", "lv1": "layout_transform", "c": "conv2d_nchw4c",
+        "p": "max_pool2d_nchw4c", "m": "opaque", "s": "opaque",
+        "lv2": "layout_transform", "lv3": "layout_transform", "lv4": "layout_transform",
+    }
+
+
+def test_an_element_wise_kernel_is_injective():
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.ConvRelu)
+    assert entry_names(mod)["lv2"] == "injective"
+
+
+def test_stage1_is_configured_by_the_registry():
+    assert registry.kept_ops() == ["relax.nn.conv2d"]
+    assert registry.desired_layouts() == {"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}
+    recorded = registry.recorded_attrs()
+    assert recorded["relax.nn.max_pool2d"] == ["layout"]
+    assert recorded["relax.layout_transform"] == []
+
+
+@pytest.fixture
+def user_entries():
+    saved = list(registry._user_entries)
+    yield
+    registry._user_entries[:] = saved
+
+
+@pytest.mark.usefixtures("user_entries")
+def test_a_user_entry_makes_a_reduction_read_texture():
+    # Out of the box a reduction reads buffers, so the conv writes one.
+    assert scopes(texscope.texture_scope_pipeline(ADRENO)(rules.Reductions))["c"] == "global"
+    texscope.register_op(texscope.OpSupport(
+        name="packed_sum",
+        key=texscope.OpKey("relax.sum"),
+        inputs=(registry.TEXTURE,),
+        outputs=(registry.BUFFER,),
+        note="a reduction kernel that reads texels",
+    ))
+    assert "relax.sum" in registry.recorded_attrs()
+    out = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.Reductions)
+    found = scopes(out)
+    # The user's sum reads the conv output as a texture; mean still needs a buffer: one copy.
+    assert found["c"] == "global.texture-weight"
+    assert [n for n in found if n.endswith("_global")] == ["c_global"]
