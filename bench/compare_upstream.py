@@ -44,8 +44,9 @@ def upstream_stage1(mod):
 def after_annotation(mod):
     """The rest of upstream's Adreno legalize passes, up to and with copy folding."""
     return tvm.transform.Sequential([
-        relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_adreno.conv2d_NCHWc_OIHWo}),
+        # The default legalization leaves NCHW4c convs to the Adreno one.
         relax.transform.LegalizeOps(),
+        relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_adreno.conv2d_NCHWc_OIHWo}),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

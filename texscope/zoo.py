@@ -1,0 +1,129 @@
+"""Example networks, built with the BlockBuilder, small enough for a CPU.
+
+Every builder returns an IRModule whose ``main`` takes the input first, then
+the weights (created as the network is emitted), NCHW float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax import op as O
+
+
+class _Net:
+    def __init__(self, bb: relax.BlockBuilder, shape):
+        self.bb = bb
+        self.params = [relax.Var("x", relax.TensorType(shape, "float32"))]
+
+    @property
+    def x(self) -> relax.Var:
+        return self.params[0]
+
+    def emit(self, expr) -> relax.Var:
+        return self.bb.emit(expr)
+
+    def param(self, name: str, shape) -> relax.Var:
+        var = relax.Var(name, relax.TensorType(shape, "float32"))
+        self.params.append(var)
+        return var
+
+    def conv(self, h, name, out_channels, kernel=3, stride=1, groups=1) -> relax.Var:
+        in_channels = int(h.ty.shape.values[1])
+        w = self.param(name, (out_channels, in_channels // groups, kernel, kernel))
+        return self.emit(O.nn.conv2d(h, w, strides=stride, padding=kernel // 2, groups=groups))
+
+    def batch_norm(self, h, name) -> relax.Var:
+        channels = int(h.ty.shape.values[1])
+        gamma, beta, mean, var = (
+            self.param(f"{name}_{p}", (channels,)) for p in ("gamma", "beta", "mean", "var")
+        )
+        return self.emit(O.nn.batch_norm(h, gamma, beta, mean, var, axis=1)[0])
+
+    def dense(self, h, name, classes) -> relax.Var:
+        features = int(h.ty.shape.values[1])
+        return self.emit(O.matmul(h, self.param(name, (features, classes))))
+
+
+def _network(input_shape, body: Callable[[_Net], relax.Expr]) -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    net = _Net(bb, input_shape)
+    with bb.function("main"):
+        with bb.dataflow():
+            out = bb.emit_output(body(net))
+        bb.emit_func_output(out, params=net.params)
+    return bb.get()
+
+
+def seed_conv() -> tvm.IRModule:
+    """The texture-scoping design's example: x (2, 64, 56, 56), w (32, 64, 3, 3)."""
+
+    def body(net):
+        return net.emit(O.nn.conv2d(net.x, net.param("w", (32, 64, 3, 3)), out_dtype="float32"))
+
+    return _network((2, 64, 56, 56), body)
+
+
+def resnet_style(blocks: int = 4, channels: int = 32, image: int = 56, batch: int = 1):
+    """A ResNet-style stack: stem, residual basic blocks with batch norm, head.
+
+    Parameters
+    ----------
+    blocks : int
+        Residual basic blocks (conv-bn-relu-conv-bn, skip add, relu).
+    channels : int
+        Channels after the stem.
+    image : int
+        Input height and width.
+    batch : int
+        Batch size.
+    """
+
+    def body(net):
+        h = net.conv(net.x, "stem", channels, kernel=3, stride=2)
+        h = net.emit(O.nn.relu(net.batch_norm(h, "stem_bn")))
+        h = net.emit(O.nn.max_pool2d(h, pool_size=3, strides=2, padding=1))
+        for i in range(blocks):
+            skip = h
+            h = net.emit(O.nn.relu(net.batch_norm(net.conv(h, f"b{i}_conv1", channels), f"b{i}_bn1")))
+            h = net.batch_norm(net.conv(h, f"b{i}_conv2", channels), f"b{i}_bn2")
+            h = net.emit(O.nn.relu(O.add(h, skip)))
+        pooled = net.emit(O.mean(h, axis=[2, 3]))
+        return net.dense(pooled, "fc", 10)
+
+    return _network((batch, 3, image, image), body)
+
+
+def conv_chain(length: int = 64, channels: int = 32, image: int = 28, residual_every: int = 4):
+    """``length`` 3x3 conv + relu, with a residual add every ``residual_every`` convs."""
+
+    def body(net):
+        h = skip = net.x
+        for i in range(length):
+            h = net.emit(O.nn.relu(net.conv(h, f"w{i}", channels)))
+            if (i + 1) % residual_every == 0:
+                h = skip = net.emit(O.add(h, skip))
+        return h
+
+    return _network((1, channels, image, image), body)
+
+
+NETWORKS: dict[str, Callable[[], tvm.IRModule]] = {
+    "seed": seed_conv,
+    "resnet": resnet_style,
+    "chain64": lambda: conv_chain(64),
+    "chain256": lambda: conv_chain(256),
+    "chain1024": lambda: conv_chain(1024),
+}
+
+
+def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
+    """Random float32 arrays for main's parameters."""
+    rng = np.random.default_rng(seed)
+    return [
+        rng.uniform(-1, 1, [int(d) for d in p.ty.shape.values]).astype("float32")
+        for p in mod["main"].params
+    ]
