@@ -20,41 +20,12 @@ import time
 
 import tvm
 from tvm import relax
-from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 
 import texscope
-from texscope import zoo
+from texscope import upstream, zoo
 
 TARGET = tvm.target.Target("qcom/adreno-opencl-texture")
 DEFAULT_NETWORKS = ("resnet", "chain64", "chain256")
-
-
-def upstream_stage1(mod):
-    skip = ["relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"]
-    return tvm.transform.Sequential([
-        relax.transform.DecomposeOpsForInference(),
-        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}),
-        relax.transform.Normalize(),
-        relax.transform.FoldConstant(),
-        relax.transform.LegalizeOps(skip_ops=skip),
-        relax.transform.AnnotateTIROpPattern(),
-    ])(mod)
-
-
-def after_annotation(mod):
-    """The rest of upstream's Adreno legalize passes, up to and with copy folding."""
-    return tvm.transform.Sequential([
-        # The default legalization leaves NCHW4c convs to the Adreno one.
-        relax.transform.LegalizeOps(),
-        relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_adreno.conv2d_NCHWc_OIHWo}),
-        relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-        relax.transform.DeadCodeElimination(),
-        relax.backend.adreno.transform.FoldVDeviceScopeChange(),
-        relax.transform.DeadCodeElimination(),
-    ])(mod)
 
 
 def main_calls(mod):
@@ -79,7 +50,7 @@ def measure(annotate, stage1):
     conv_tex = sum(
         is_texture(call.args[0]) for call in main_calls(annotated) if call.op.name == "relax.nn.conv2d"
     )
-    lowered = after_annotation(annotated)
+    lowered = upstream.after_annotation()(annotated)
     copies = sum(call.op.name == "relax.to_vdevice" for call in main_calls(lowered))
     tex_args = sum(
         is_texture(arg)
@@ -90,7 +61,7 @@ def measure(annotate, stage1):
 
 
 def run(names):
-    upstream = relax.backend.adreno.transform.AnnotateCustomMemoryScope(TARGET)
+    theirs = upstream.annotate(TARGET)
     ours = texscope.AnnotateTextureScope(TARGET)
     header = (f"{'network':<10} {'convs':>5} | {'copies':>13} | {'tex args':>13} | "
               f"{'conv tex':>13} | {'upstream ms':>11} {'texscope ms':>11} {'ratio':>6}")
@@ -98,9 +69,9 @@ def run(names):
     print("-" * len(header))
     for name in names:
         with TARGET:
-            stage1 = upstream_stage1(zoo.NETWORKS[name]())
+            stage1 = upstream.stage1()(zoo.NETWORKS[name]())
             convs = sum(c.op.name == "relax.nn.conv2d" for c in main_calls(stage1))
-            up = measure(upstream, stage1)
+            up = measure(theirs, stage1)
             ts = measure(ours, stage1)
         print(f"{name:<10} {convs:>5} | {up[0]:>5} -> {ts[0]:>5} | {up[1]:>5} -> {ts[1]:>5} | "
               f"{up[2]:>5} -> {ts[2]:>5} | {up[3] * 1e3:>11.1f} {ts[3] * 1e3:>11.1f} "

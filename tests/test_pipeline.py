@@ -7,6 +7,7 @@ from tvm import relax
 import texscope
 from conftest import ADRENO, TINY, VULKAN, copies, run_pass, scopes, with_ty_args
 from modules import expected, rules
+from texscope import upstream
 from texscope.convert_layout import LegalizeKeepingAttrs
 
 TW = "global.texture-weight"
@@ -121,9 +122,9 @@ def test_a_second_run_changes_nothing():
 
 def test_a_module_annotated_by_upstream_is_refused():
     stage1 = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.ConvRelu)
-    upstream = relax.backend.adreno.transform.AnnotateCustomMemoryScope(ADRENO)(stage1)
+    theirs = upstream.annotate(ADRENO)(stage1)
     with pytest.raises(texscope.TexscopeError) as err:
-        texscope.AnnotateTextureScope(ADRENO)(upstream)
+        texscope.AnnotateTextureScope(ADRENO)(theirs)
     assert err.value.function == "main"
     assert err.value.binding is not None
 
@@ -151,26 +152,13 @@ def test_a_tensor_without_shape_is_refused_naming_it():
     assert (err.value.function, err.value.binding) == ("main", "x")
 
 
-def upstream_stage1(mod):
-    """The texture prefix of upstream's Adreno legalize_passes."""
-    skip = ["relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"]
-    passes = tvm.transform.Sequential([
-        relax.transform.DecomposeOpsForInference(),
-        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}),
-        relax.transform.Normalize(),
-        relax.transform.FoldConstant(),
-        relax.transform.LegalizeOps(skip_ops=skip),
-        relax.transform.AnnotateTIROpPattern(),
-    ])
-    with ADRENO:
-        return passes(mod)
-
-
 @pytest.mark.parametrize("name", ["Conflict", "MaxPool", "Residual", "Concat", "BatchNorm"])
 def test_drop_in_on_upstreams_stage1_output_decides_the_same(name):
     module = getattr(rules, name)
     ours = pipeline(module)
-    theirs = run_pass(texscope.AnnotateTextureScope(ADRENO), upstream_stage1(module))
+    with ADRENO:
+        stage1 = upstream.stage1()(module)
+    theirs = run_pass(texscope.AnnotateTextureScope(ADRENO), stage1)
     # Legalized layout transforms are recognised by what they do, Relax pools
     # are legalized first: scopes along the program order agree.
     def order(mod):

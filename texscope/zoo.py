@@ -13,6 +13,8 @@ import tvm
 from tvm import relax
 from tvm.relax import op as O
 
+from . import examples
+
 
 class _Net:
     def __init__(self, bb: relax.BlockBuilder, shape):
@@ -56,15 +58,6 @@ def _network(input_shape, body: Callable[[_Net], relax.Expr]) -> tvm.IRModule:
             out = bb.emit_output(body(net))
         bb.emit_func_output(out, params=net.params)
     return bb.get()
-
-
-def seed_conv() -> tvm.IRModule:
-    """The texture-scoping design's example: x (2, 64, 56, 56), w (32, 64, 3, 3)."""
-
-    def body(net):
-        return net.emit(O.nn.conv2d(net.x, net.param("w", (32, 64, 3, 3)), out_dtype="float32"))
-
-    return _network((2, 64, 56, 56), body)
 
 
 def resnet_style(blocks: int = 4, channels: int = 32, image: int = 56, batch: int = 1):
@@ -112,7 +105,7 @@ def conv_chain(length: int = 64, channels: int = 32, image: int = 28, residual_e
 
 
 NETWORKS: dict[str, Callable[[], tvm.IRModule]] = {
-    "seed": seed_conv,
+    "seed": lambda: examples.Seed,
     "resnet": resnet_style,
     "chain64": lambda: conv_chain(64),
     "chain256": lambda: conv_chain(256),
