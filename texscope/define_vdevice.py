@@ -15,122 +15,88 @@ import tvm
 from tvm import relax
 
 from .collect_producer import ProducerInfo
-from .graph import DPS_OPS, Constant
+from .graph import DPS_OPS, dps_inputs
+from .rebuild import Constant, Rebuilder, replace_functions
 from .targets import TextureTarget, VDeviceTable
 
-def _with_vdevice(ty: relax.TensorType, vdevice: relax.VDevice) -> relax.TensorType:
+
+def with_vdevice(ty: relax.TensorType, vdevice: relax.VDevice | None) -> relax.TensorType:
     return relax.TensorType(ty.shape, ty.dtype, vdevice)
 
 
 class _FunctionRewriter:
     def __init__(self, mod: tvm.IRModule, plan: ProducerInfo, vdevices: VDeviceTable,
                  device: tvm.runtime.Device):
-        self.mod = mod
         self.plan = plan
         self.graph = plan.graph
         self.vdevices = vdevices
         self.device = device
-        self.builder = relax.BlockBuilder(mod)
-        self.var_map: dict[relax.Var, relax.Var] = {}
-        self.constants: dict[Constant, Constant] = {}
+        self.rebuilder = Rebuilder(mod)
+        self.calls = 0
+        self.hints: dict = {}
 
     def vdevice_of(self, tensor: int) -> relax.VDevice:
         return self.vdevices[self.plan.choices[tensor].scope]
-
-    def substitute(self, expr: relax.Expr) -> relax.Expr:
-        if isinstance(expr, relax.Var):
-            return self.var_map.get(expr, expr)
-        if isinstance(expr, Constant):
-            return self.constants.get(expr, expr)
-        if isinstance(expr, relax.Tuple):
-            return relax.Tuple([self.substitute(f) for f in expr.fields])
-        if isinstance(expr, relax.TupleGetItem):
-            return relax.TupleGetItem(self.substitute(expr.tuple_value), expr.index)
-        return expr
 
     def annotate_output(self, ty, outputs: tuple[int, ...]):
         if not outputs:
             return ty
         if isinstance(ty, relax.TensorType):
-            return _with_vdevice(ty, self.vdevice_of(outputs[0]))
+            return with_vdevice(ty, self.vdevice_of(outputs[0]))
         return relax.TupleType(
-            [_with_vdevice(field, self.vdevice_of(t)) for field, t in zip(ty.fields, outputs)]
+            [with_vdevice(field, self.vdevice_of(t)) for field, t in zip(ty.fields, outputs)]
         )
 
-    def hinted(self, arg: relax.Expr, tensor: int | None, scope: str | None, hints, bindings):
-        arg = self.substitute(arg)
+    def hinted(self, arg: relax.Expr, tensor: int | None, scope: str | None) -> relax.Expr:
+        arg = self.rebuilder.substitute(arg)
         if tensor is None or scope is None:
             return arg
-        key = (tensor, scope)
-        if key not in hints:
-            name = f"{self.graph.tensors[tensor].name.replace('[', '_').replace(']', '')}_" + (
-                scope.replace("global.", "").replace("-", "_")
+        # Shared by the block's later readers; a dataflow var does not outlive its block.
+        key = (self.rebuilder.block, tensor, scope)
+        if key not in self.hints:
+            source = self.graph.tensors[tensor].name.replace("[", "_").replace("]", "")
+            name = f"{source}_{scope.replace('global.', '').replace('-', '_')}"
+            self.hints[key] = self.rebuilder.emit(
+                name, relax.op.hint_on_device(arg, self.device, scope)
             )
-            value = self.builder.normalize(relax.op.hint_on_device(arg, self.device, scope))
-            var = relax.DataflowVar(name, value.ty)
-            bindings.append(relax.VarBinding(var, value))
-            hints[key] = var
-        return hints[key]
+        return self.hints[key]
 
-    def rewrite_call(self, call: relax.Call, site_index: int, hints, bindings) -> relax.Call:
-        site = self.graph.calls[site_index]
-        reads = self.plan.reads[site_index]
+    def rewrite_call(self, call: relax.Call) -> relax.Call:
+        site = self.graph.calls[self.calls]
+        reads = self.plan.reads[self.calls]
+        self.calls += 1
         inputs = [
-            self.hinted(arg, tensor, scope, hints, bindings)
-            for arg, tensor, scope in zip(_kernel_inputs(call), site.operands, reads)
+            self.hinted(arg, tensor, scope)
+            for arg, tensor, scope in zip(dps_inputs(call), site.operands, reads)
         ]
         if isinstance(call.op, relax.GlobalVar):
             return relax.Call(call.op, inputs, call.attrs, call.ty_args)
         if call.op.name in DPS_OPS:
-            args = [call.args[0], relax.Tuple(inputs), *map(self.substitute, call.args[2:])]
+            rest = [self.rebuilder.substitute(a) for a in call.args[2:]]
             out_ty = self.annotate_output(call.ty_args[0], site.outputs)
-            return relax.Call(call.op, args, call.attrs, [out_ty])
-        out_ty = self.annotate_output(call.ty, site.outputs)
-        return relax.Call(call.op, inputs, call.attrs, [out_ty])
+            return relax.Call(call.op, [call.args[0], relax.Tuple(inputs), *rest], call.attrs,
+                              [out_ty])
+        # Other operators take their output VDevice from ty_args (the design's trick).
+        return relax.Call(call.op, inputs, call.attrs, [self.annotate_output(call.ty, site.outputs)])
 
-    def rewrite_param(self, param: relax.Var, tensor) -> relax.Var:
-        if not isinstance(tensor, int):
-            return param
-        new = relax.Var(param.name, _with_vdevice(param.ty, self.vdevice_of(tensor)))
-        self.var_map[param] = new
-        return new
+    def rewrite(self, binding: relax.Binding) -> relax.Expr:
+        if isinstance(binding.value, relax.Call):
+            return self.rewrite_call(binding.value)
+        return self.rebuilder.substitute(binding.value)
 
     def run(self, func: relax.Function) -> relax.Function:
-        params = [self.rewrite_param(p, t) for p, t in zip(func.params, self.graph.params)]
+        params = []
+        for param, tensor in zip(func.params, self.graph.params):
+            if isinstance(tensor, int):
+                new = relax.Var(param.name, with_vdevice(param.ty, self.vdevice_of(tensor)))
+                self.rebuilder.var_map[param] = new
+                param = new
+            params.append(param)
         for constant, tensor in self.graph.constants.items():
-            self.constants[constant] = Constant(
-                constant.data, _with_vdevice(constant.ty, self.vdevice_of(tensor))
+            self.rebuilder.var_map[constant] = Constant(
+                constant.data, with_vdevice(constant.ty, self.vdevice_of(tensor))
             )
-        calls = 0
-        blocks = []
-        for block in func.body.blocks:
-            hints: dict = {}
-            bindings: list = []
-            for binding in block.bindings:
-                var, value = binding.var, binding.value
-                if isinstance(value, relax.Call):
-                    value = self.rewrite_call(value, calls, hints, bindings)
-                    calls += 1
-                else:
-                    value = self.substitute(value)
-                value = self.builder.normalize(value)
-                if isinstance(binding, relax.MatchCast):
-                    new_var = type(var)(var.name, var.ty)
-                    bindings.append(relax.MatchCast(new_var, value, binding.ty))
-                else:
-                    new_var = type(var)(var.name, value.ty)
-                    bindings.append(relax.VarBinding(new_var, value))
-                self.var_map[var] = new_var
-            block_type = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
-            blocks.append(block_type(bindings))
-        body = self.builder.normalize(relax.SeqExpr(blocks, self.substitute(func.body.body)))
-        return relax.Function(params, body, body.ty, func.is_pure, func.attrs)
-
-
-def _kernel_inputs(call: relax.Call) -> list[relax.Expr]:
-    if isinstance(call.op, tvm.ir.Op) and call.op.name in DPS_OPS:
-        return list(call.args[1].fields)
-    return list(call.args)
+        return self.rebuilder.run(func, params, self.rewrite)
 
 
 def define_vdevice(
@@ -153,12 +119,9 @@ def define_vdevice(
         A module with hints, ``ty_args`` and ``global_infos["vdevice"]``.
     """
     vdevices = VDeviceTable(texture)
-    functions = dict(mod.functions)
-    for gvar in sorted(functions, key=lambda g: g.name_hint):
+    rewritten = {}
+    for gvar in sorted(mod.functions, key=lambda g: g.name_hint):
         plan = plans.get(gvar.name_hint)
         if plan is not None:
-            rewriter = _FunctionRewriter(mod, plan, vdevices, texture.device)
-            functions[gvar] = rewriter.run(functions[gvar])
-    global_infos = dict(mod.global_infos)
-    global_infos["vdevice"] = vdevices.listed()
-    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=global_infos)
+            rewritten[gvar] = _FunctionRewriter(mod, plan, vdevices, texture.device).run(mod[gvar])
+    return replace_functions(mod, rewritten, {"vdevice": vdevices.listed()})

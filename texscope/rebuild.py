@@ -1,0 +1,90 @@
+"""Rebuild a Relax function binding by binding, with freshly typed variables.
+
+Rewrites here change types (a VDevice added or removed), so every variable is
+recreated with the type its new value normalizes to, and later uses are
+substituted.  Works on the binding list of A-normal form directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tvm
+from tvm import relax
+
+Constant = tvm.ir.expr.GenericConst
+
+
+class Rebuilder:
+    """Holds the substitution and the block being built.
+
+    Parameters
+    ----------
+    mod : IRModule
+        The module the function belongs to (for type inference of calls).
+    """
+
+    def __init__(self, mod: tvm.IRModule):
+        self.builder = relax.BlockBuilder(mod)
+        self.var_map: dict = {}
+        self.bindings: list = []
+        self.in_dataflow = True
+        self.block = -1  # index of the block being built
+
+    def substitute(self, expr: relax.Expr) -> relax.Expr:
+        """``expr`` with replaced variables (and constants); leaves and tuples only."""
+        if isinstance(expr, (relax.Var, Constant)):
+            return self.var_map.get(expr, expr)
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self.substitute(f) for f in expr.fields])
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(self.substitute(expr.tuple_value), expr.index)
+        return expr
+
+    def emit(self, name: str, value: relax.Expr) -> relax.Var:
+        """Bind ``value`` in the block being built; returns the new variable."""
+        value = self.builder.normalize(value)
+        var_type = relax.DataflowVar if self.in_dataflow else relax.Var
+        var = var_type(name, value.ty)
+        self.bindings.append(relax.VarBinding(var, value))
+        return var
+
+    def run(
+        self,
+        func: relax.Function,
+        params: list[relax.Var],
+        rewrite: Callable[[relax.Binding], relax.Expr],
+    ) -> relax.Function:
+        """Rebuild ``func`` with ``params``; ``rewrite`` gives each binding's new value.
+
+        ``rewrite`` may call :meth:`emit` to add bindings before the one it
+        rewrites, and :meth:`substitute` for the default.
+        """
+        blocks = []
+        for self.block, block in enumerate(func.body.blocks):
+            self.bindings = []
+            self.in_dataflow = isinstance(block, relax.DataflowBlock)
+            for binding in block.bindings:
+                var = binding.var
+                value = self.builder.normalize(rewrite(binding))
+                if isinstance(binding, relax.MatchCast):
+                    new_var = type(var)(var.name, var.ty)
+                    self.bindings.append(relax.MatchCast(new_var, value, binding.ty))
+                else:
+                    new_var = type(var)(var.name, value.ty)
+                    self.bindings.append(relax.VarBinding(new_var, value))
+                self.var_map[var] = new_var
+            block_type = relax.DataflowBlock if self.in_dataflow else relax.BindingBlock
+            blocks.append(block_type(self.bindings))
+        body = self.builder.normalize(relax.SeqExpr(blocks, self.substitute(func.body.body)))
+        return relax.Function(params, body, body.ty, func.is_pure, func.attrs)
+
+
+def replace_functions(mod: tvm.IRModule, functions: dict, global_infos=None) -> tvm.IRModule:
+    """A new module with some functions (and global infos) replaced."""
+    merged = dict(mod.functions)
+    merged.update(functions)
+    infos = dict(mod.global_infos)
+    if global_infos is not None:
+        infos.update(global_infos)
+    return tvm.IRModule(merged, attrs=mod.attrs, global_infos=infos)
