@@ -15,7 +15,7 @@ G = "global"
 
 
 def pipeline(mod, target=ADRENO):
-    return run_pass(texscope.texture_scope_pipeline(target), mod)
+    return run_pass(texscope.texture_scope_pipeline(target, check=True), mod)
 
 
 def test_seed_is_exactly_the_design():

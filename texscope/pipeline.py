@@ -55,7 +55,27 @@ def _check_not_annotated(mod: tvm.IRModule) -> None:
                     )
 
 
-def AnnotateTextureScope(target) -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+def _checked(mod: tvm.IRModule, stage: str, texture: TextureTarget, invariants: bool):
+    try:
+        relax.analysis.well_formed(mod)
+    except Exception as err:  # TVM reports ill-formed IR with several error types
+        raise TexscopeError(f"texscope produced ill-formed IR after {stage}: {err}") from None
+    if invariants:
+        from .verify import check_invariants  # verify builds on this module
+
+        violations = check_invariants(mod, texture.target)
+        if violations:
+            first = violations[0]
+            raise TexscopeError(
+                f"{len(violations)} invariant(s) broken after {stage}: "
+                + "; ".join(map(str, violations)),
+                first.function,
+                first.binding,
+            )
+    return mod
+
+
+def AnnotateTextureScope(target, check: bool = False) -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """Stages 2-5: choose and realize a memory scope for every tensor.
 
     A drop-in replacement for
@@ -66,6 +86,10 @@ def AnnotateTextureScope(target) -> tvm.ir.transform.Pass:  # pylint: disable=in
     ----------
     target : tvm.target.Target or str
         A texture-capable GPU target.
+    check : bool
+        Check well-formedness after every internal stage and
+        :func:`texscope.verify.check_invariants` at the end; a failure is a
+        TexscopeError.  Off by default, on in the tests.
 
     Returns
     -------
@@ -86,16 +110,25 @@ def AnnotateTextureScope(target) -> tvm.ir.transform.Pass:  # pylint: disable=in
         # inference would ignore the VDevice in ty_args.
         with texture.target:
             mod = legalize(mod)
+        if check:
+            _checked(mod, "legalization", texture, invariants=False)
         mod = define_vdevice(mod, plan_module(mod, texture), texture)
-        mod = cleanup(mod)
-        return mod.with_attr(ANNOTATED_ATTR, str(texture.target.kind.name))
+        if check:
+            _checked(mod, "define_vdevice", texture, invariants=False)
+        mod = cleanup(mod).with_attr(ANNOTATED_ATTR, str(texture.target.kind.name))
+        if check:
+            _checked(mod, "cleanup", texture, invariants=True)
+        return mod
 
     return annotate
 
 
-def texture_scope_pipeline(target) -> tvm.transform.Sequential:
-    """Stage 1 then stages 2-5, for a build script to splice in."""
+def texture_scope_pipeline(target, check: bool = False) -> tvm.transform.Sequential:
+    """Stage 1 then stages 2-5, for a build script to splice in.
+
+    ``check`` is passed to :func:`AnnotateTextureScope`.
+    """
     return tvm.transform.Sequential(
-        [ConvertToPackedLayout(target), AnnotateTextureScope(target)],
+        [ConvertToPackedLayout(target), AnnotateTextureScope(target, check=check)],
         name="texscope.texture_scope_pipeline",
     )

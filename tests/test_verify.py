@@ -1,0 +1,83 @@
+"""The checks themselves: they pass on texscope's output and fail on bad modules."""
+
+import importlib
+
+import pytest
+import tvm
+
+import texscope
+from conftest import ADRENO, TINY, run_pass
+from modules import annotated, rules
+from texscope import upstream
+from texscope.verify import check_invariants, equivalent, strip_scopes
+
+MODULES = ["ConvRelu", "Residual", "Concat", "MaxPool", "Reductions", "Conflict",
+           "BatchNorm", "SplitFields"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_texscope_output_keeps_every_invariant_and_every_number(name):
+    before = getattr(rules, name)
+    after = run_pass(texscope.texture_scope_pipeline(ADRENO), before)
+    assert check_invariants(after, ADRENO) == []
+    comparison = equivalent(before, after)
+    assert comparison.ok and comparison.outputs >= 1, comparison
+
+
+def test_upstreams_one_dimensional_textures_are_violations():
+    with ADRENO:
+        theirs = upstream.annotate(ADRENO)(upstream.stage1()(rules.BatchNorm))
+    messages = {(v.binding, v.message) for v in check_invariants(theirs, ADRENO)}
+    assert ("mean", "a texture needs a 5-D shape with inner axis 4, not [8]") in messages
+
+
+def test_a_texture_over_the_limits_is_a_violation():
+    ours = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.Seed)
+    (violation,) = check_invariants(ours, TINY)  # fine for Adreno, too wide for TINY
+    assert violation.binding == "lv" and "exceeds the limits" in violation.message
+
+
+def test_a_kernel_writing_a_texture_it_cannot_is_a_violation():
+    mod = annotated.TextureAlsoReadDirectly
+    gvar = mod.get_global_var("relu")
+    broken = tvm.IRModule(
+        {**dict(mod.functions), gvar: mod[gvar].with_attr("op_pattern", 8)},
+        global_infos=mod.global_infos,
+    )
+    found = {(v.binding, v.message) for v in check_invariants(broken, ADRENO)}
+    assert ("t", "opaque cannot write a texture (output 0)") in found
+    assert ("u", "opaque cannot read a texture (operand 0)") in found
+
+
+def test_an_unlisted_vdevice_is_a_violation():
+    mod = annotated.TextureOnlyCopied
+    only_global = mod.global_infos["vdevice"][:1]
+    broken = tvm.IRModule(mod.functions, global_infos={"vdevice": only_global})
+    bindings = {v.binding for v in check_invariants(broken, ADRENO)
+                if "not listed" in v.message}
+    assert bindings == {"t"}
+
+
+def test_different_computations_are_not_equivalent():
+    after = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.ConvRelu)
+    assert not equivalent(rules.Softmax, after).ok  # same signature, other function
+
+
+def test_strip_scopes_leaves_no_vdevice_or_copy():
+    after = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.Conflict)
+    stripped = strip_scopes(after)
+    text = stripped.script()
+    assert "vdevice" not in text and "to_vdevice" not in text
+
+
+def test_the_check_flag_turns_a_broken_plan_into_an_error(monkeypatch):
+    stage3 = importlib.import_module("texscope.collect_producer")  # the name is also a function
+    decide = stage3.decide
+
+    def texture_for_everything(tensor, allowed, demands, note):
+        choice, reads = decide(tensor, allowed | {texscope.Storage.TEXTURE}, demands, note)
+        return choice, reads
+
+    monkeypatch.setattr(stage3, "decide", texture_for_everything)
+    with pytest.raises(texscope.TexscopeError, match="invariant"):
+        texscope.texture_scope_pipeline(ADRENO, check=True)(rules.Reductions)
