@@ -74,10 +74,12 @@ def test_the_check_flag_turns_a_broken_plan_into_an_error(monkeypatch):
     stage3 = importlib.import_module("texscope.collect_producer")  # the name is also a function
     decide = stage3.decide
 
-    def texture_for_everything(tensor, allowed, demands, note):
-        choice, reads = decide(tensor, allowed | {texscope.Storage.TEXTURE}, demands, note)
-        return choice, reads
+    def read_textures_directly(tensor, allowed, demands, note):
+        # A broken planner: consumers that need a copy read the texture itself.
+        choice, reads = decide(tensor, allowed, demands, note)
+        return choice, [choice.storage for _ in reads]
 
-    monkeypatch.setattr(stage3, "decide", texture_for_everything)
-    with pytest.raises(texscope.TexscopeError, match="invariant"):
-        texscope.texture_scope_pipeline(ADRENO, check=True)(rules.Reductions)
+    monkeypatch.setattr(stage3, "decide", read_textures_directly)
+    with pytest.raises(texscope.TexscopeError, match="invariant") as err:
+        texscope.texture_scope_pipeline(ADRENO, check=True)(rules.Conflict)
+    assert err.value.binding == "m" and "opaque cannot read a texture" in str(err.value)
