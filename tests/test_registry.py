@@ -34,7 +34,6 @@ def test_an_element_wise_kernel_is_injective():
 
 def test_stage1_is_configured_by_the_registry():
     assert registry.kept_ops() == ["relax.nn.conv2d"]
-    assert registry.desired_layouts() == {"relax.nn.conv2d": ["NCHW4c", "OIHW4o", "NCHW4c"]}
     recorded = registry.recorded_attrs()
     assert recorded["relax.nn.max_pool2d"] == ["layout"]
     assert recorded["relax.layout_transform"] == []
@@ -64,3 +63,12 @@ def test_a_user_entry_makes_a_reduction_read_texture():
     # The user's sum reads the conv output as a texture; mean still needs a buffer: one copy.
     assert found["c"] == "global.texture-weight"
     assert [n for n in found if n.endswith("_global")] == ["c_global"]
+
+
+def test_only_ungrouped_convs_are_packed():
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.Depthwise)
+    convs = [b.value for b in mod["main"].body.blocks[0].bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
+    assert [(int(c.attrs.groups), c.attrs.data_layout) for c in convs] == [
+        (8, "NCHW"), (1, "NCHW4c"),
+    ]

@@ -67,7 +67,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
         passes = tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),
-                relax.transform.ConvertLayout(registry.desired_layouts()),
+                relax.transform.ConvertLayout({}, registry.desired_layouts),
                 relax.transform.Normalize(),
                 relax.transform.FoldConstant(),
                 LegalizeKeepingAttrs(),

@@ -175,6 +175,9 @@ class OpSupport:
         repeats.
     desired_layouts : tuple of str, optional
         Layouts stage 1 asks ConvertLayout for (data, kernel, output).
+    pack_when : mapping of str to str
+        Attribute values the unconverted call must have for
+        ``desired_layouts`` to apply.
     keep_unlegalized : bool
         Stage 1 leaves the operator a Relax call (its legalization comes later
         in the build, and its type inference honours a VDevice in
@@ -195,6 +198,7 @@ class OpSupport:
     inputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     outputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     desired_layouts: tuple[str, ...] | None = None
+    pack_when: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     keep_unlegalized: bool = False
     note: str = ""
 
@@ -220,6 +224,9 @@ BUILTIN: tuple[OpSupport, ...] = (
         inputs=(TEXTURE, BUFFER),
         outputs=(ANY,),
         desired_layouts=("NCHW4c", "OIHW4o", "NCHW4c"),
+        # TVM's Adreno NCHW4c legalization divides by zero on grouped and
+        # depthwise convs: those stay NCHW and read buffers.
+        pack_when={"groups": "1"},
         keep_unlegalized=True,
         note="the Adreno NCHW4c kernel reads its data through the texture cache; "
         "weights stay buffers for now",
@@ -319,8 +326,13 @@ def recorded_attrs() -> dict[str, list[str]]:
     return {op: sorted(names) for op, names in fields.items()}
 
 
-def desired_layouts() -> dict[str, list[str]]:
-    """ConvertLayout's desired layouts, from the entries that ask for one."""
-    return {
-        e.key.op: list(e.desired_layouts) for e in reversed(_op_entries()) if e.desired_layouts
-    }
+def desired_layouts(call: relax.Call) -> dict[str, list[str]]:
+    """ConvertLayout's desired layouts for one call (its ``layout_cb``)."""
+    for e in _op_entries():
+        if (
+            e.desired_layouts
+            and call.op.name == e.key.op
+            and all(str(_get(call.attrs, k)) == v for k, v in e.pack_when.items())
+        ):
+            return {e.key.op: list(e.desired_layouts)}
+    return {}

@@ -192,3 +192,20 @@ class SplitFields:
             gv = (p, m)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class Depthwise:
+    """A depthwise conv then a pointwise one, as in MobileNet."""
+
+    @R.function
+    def main(
+        x: R.Tensor((1, 8, 16, 16), "float32"),
+        dw: R.Tensor((8, 1, 3, 3), "float32"),
+        pw: R.Tensor((8, 8, 1, 1), "float32"),
+    ):
+        with R.dataflow():
+            a = R.nn.conv2d(x, dw, padding=(1, 1), groups=8)
+            gv = R.nn.conv2d(a, pw)
+            R.output(gv)
+        return gv
