@@ -65,10 +65,10 @@ def test_a_user_entry_makes_a_reduction_read_texture():
     assert [n for n in found if n.endswith("_global")] == ["c_global"]
 
 
-def test_only_ungrouped_convs_are_packed():
-    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.Depthwise)
+@pytest.mark.parametrize("name", ["Depthwise", "PackedThenDepthwise"])
+def test_only_ungrouped_convs_are_packed(name):
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), getattr(rules, name))
     convs = [b.value for b in mod["main"].body.blocks[0].bindings
              if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
-    assert [(int(c.attrs.groups), c.attrs.data_layout) for c in convs] == [
-        (8, "NCHW"), (1, "NCHW4c"),
-    ]
+    layouts = {int(c.attrs.groups): c.attrs.data_layout for c in convs}
+    assert layouts == {8: "NCHW", 1: "NCHW4c"}

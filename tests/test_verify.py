@@ -12,7 +12,7 @@ from texscope import upstream
 from texscope.verify import check_invariants, equivalent, strip_scopes
 
 MODULES = ["ConvRelu", "Residual", "Concat", "MaxPool", "Reductions", "Conflict",
-           "BatchNorm", "SplitFields", "Depthwise"]
+           "BatchNorm", "SplitFields", "Depthwise", "PackedThenDepthwise"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -94,7 +94,7 @@ class _FunctionRewriter:
             params.append(param)
         for constant, tensor in self.graph.constants.items():
             self.rebuilder.var_map[constant] = Constant(
-                constant.data, with_vdevice(constant.ty, self.vdevice_of(tensor))
+                constant.value, with_vdevice(constant.ty, self.vdevice_of(tensor))
             )
         return self.rebuilder.run(func, params, self.rewrite)
 

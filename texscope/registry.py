@@ -178,6 +178,10 @@ class OpSupport:
     pack_when : mapping of str to str
         Attribute values the unconverted call must have for
         ``desired_layouts`` to apply.
+    layout_attrs : tuple of str
+        The call attributes holding its layouts, in ``desired_layouts``
+        order: a call not packed keeps these explicitly (ConvertLayout would
+        otherwise push its input's packed layout into it).
     keep_unlegalized : bool
         Stage 1 leaves the operator a Relax call (its legalization comes later
         in the build, and its type inference honours a VDevice in
@@ -199,6 +203,7 @@ class OpSupport:
     outputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     desired_layouts: tuple[str, ...] | None = None
     pack_when: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    layout_attrs: tuple[str, ...] = ()
     keep_unlegalized: bool = False
     note: str = ""
 
@@ -227,6 +232,7 @@ BUILTIN: tuple[OpSupport, ...] = (
         # TVM's Adreno NCHW4c legalization divides by zero on grouped and
         # depthwise convs: those stay NCHW and read buffers.
         pack_when={"groups": "1"},
+        layout_attrs=("data_layout", "kernel_layout", "out_layout"),
         keep_unlegalized=True,
         note="the Adreno NCHW4c kernel reads its data through the texture cache; "
         "weights stay buffers for now",
@@ -329,10 +335,9 @@ def recorded_attrs() -> dict[str, list[str]]:
 def desired_layouts(call: relax.Call) -> dict[str, list[str]]:
     """ConvertLayout's desired layouts for one call (its ``layout_cb``)."""
     for e in _op_entries():
-        if (
-            e.desired_layouts
-            and call.op.name == e.key.op
-            and all(str(_get(call.attrs, k)) == v for k, v in e.pack_when.items())
-        ):
+        if not e.desired_layouts or call.op.name != e.key.op:
+            continue
+        if all(str(_get(call.attrs, k)) == v for k, v in e.pack_when.items()):
             return {e.key.op: list(e.desired_layouts)}
+        return {e.key.op: [str(_get(call.attrs, a)) for a in e.layout_attrs]}
     return {}

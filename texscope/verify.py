@@ -160,7 +160,7 @@ def strip_scopes(mod: tvm.IRModule) -> tvm.IRModule:
 
         def leaf(expr, rebuilder=rebuilder):
             if isinstance(expr, Constant):
-                return Constant(expr.data, _strip_type(expr.ty))
+                return Constant(expr.value, _strip_type(expr.ty))
             if isinstance(expr, relax.Tuple):
                 return relax.Tuple([leaf(f) for f in expr.fields])
             return rebuilder.substitute(expr)

@@ -209,3 +209,21 @@ class Depthwise:
             gv = R.nn.conv2d(a, pw)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class PackedThenDepthwise:
+    """A packed conv feeding a depthwise one (found by the fuzzer: ConvertLayout
+    used to push NCHW4c into the depthwise conv and assert)."""
+
+    @R.function
+    def main(
+        x: R.Tensor((1, 8, 16, 16), "float32"),
+        w: R.Tensor((8, 8, 3, 3), "float32"),
+        dw: R.Tensor((8, 1, 3, 3), "float32"),
+    ):
+        with R.dataflow():
+            a = R.nn.conv2d(x, w, padding=(1, 1))
+            gv = R.nn.conv2d(a, dw, padding=(1, 1), groups=8)
+            R.output(gv)
+        return gv
