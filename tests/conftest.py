@@ -1,7 +1,16 @@
 """Shared checks: every pass leaves its input alone and returns well-formed IR."""
 
 import tvm
+from hypothesis import HealthCheck, settings
 from tvm import relax
+
+# The fuzzer's profiles: "ci" by default, "long" with --hypothesis-profile long.
+for _name, _examples in (("ci", 200), ("long", 5000)):
+    settings.register_profile(
+        _name, max_examples=_examples, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+settings.load_profile("ci")
 
 ADRENO = tvm.target.Target("qcom/adreno-opencl-texture")
 VULKAN = tvm.target.Target("qcom/adreno-vulkan-texture")

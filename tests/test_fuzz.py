@@ -2,22 +2,13 @@
 numbers unchanged.  ``pytest -m fuzz --hypothesis-profile long`` runs thousands."""
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import texscope
 from conftest import ADRENO, TINY
 from fuzz_models import build, recipes
 from texscope.verify import check_invariants, equivalent
-
-settings.register_profile(
-    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.register_profile(
-    "long", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.load_profile("ci")  # pytest's --hypothesis-profile overrides it
-
 
 @pytest.mark.fuzz
 @given(recipe=recipes(), tiny=st.booleans())

@@ -176,3 +176,31 @@ def test_each_field_of_a_split_gets_its_own_scope():
     (split,) = [b for b in out["main"].body.blocks[0].bindings if b.var.name == "parts"]
     assert [str(f.vdevice.memory_scope) for f in split.value.ty_args[0].fields] == [TW, G]
     assert copies(out) == []
+
+
+def test_symbolic_shapes_stay_buffers():
+    out = pipeline(rules.Symbolic)
+    assert set(scopes(out).values()) == {G}
+
+
+def test_a_shapeless_input_cast_to_a_symbolic_shape_is_fine():
+    out = pipeline(rules.MatchCast)
+    assert set(scopes(out).values()) == {G}
+    assert out["main"].params[0].ty.ndim == 4  # annotated, not loosened
+
+
+def test_an_empty_function_is_annotated():
+    out = pipeline(rules.Empty)
+    assert scopes(out) == {"x": G}
+
+
+def test_an_unknown_kernel_reads_and_writes_buffers():
+    out = pipeline(rules.UnknownOp)
+    found = scopes(out)
+    assert found["c"] == G and found["e"] == G
+    assert copies(out) == []
+
+
+def test_a_module_without_relax_functions_is_refused():
+    with pytest.raises(texscope.TexscopeError, match="no Relax function"):
+        texscope.AnnotateTextureScope(ADRENO)(tvm.IRModule({}))

@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 
 from . import registry
+from .rebuild import with_vdevice
 from .targets import BUFFER_SCOPE
 
 TO_VDEVICE = "relax.to_vdevice"
@@ -49,7 +50,7 @@ def _retarget(call: relax.Call, vdevice: relax.VDevice) -> relax.Call | None:
     if not isinstance(call.op, tvm.ir.Op):
         return None
     # For call_tir ty_args is out_ty; other ops infer their output VDevice from it.
-    return relax.Call(call.op, call.args, call.attrs, [relax.TensorType(out_ty.shape, out_ty.dtype, vdevice)])
+    return relax.Call(call.op, call.args, call.attrs, [with_vdevice(out_ty, vdevice)])
 
 
 def fold_texture_copies(mod: tvm.IRModule) -> tvm.IRModule:
@@ -107,7 +108,7 @@ def _fold(mod, value, producers, bindings, uses):
     new_producer = _retarget(producer, dst)
     if new_producer is None:
         return None
-    new_var = type(source)(source.name, relax.TensorType(src_ty.shape, src_ty.dtype, dst))
+    new_var = type(source)(source.name, with_vdevice(src_ty, dst))
     bindings[position] = relax.VarBinding(new_var, new_producer)
     return new_var
 

@@ -16,12 +16,8 @@ from tvm import relax
 
 from .collect_producer import ProducerInfo
 from .graph import DPS_OPS, dps_inputs
-from .rebuild import Constant, Rebuilder, replace_functions
+from .rebuild import Constant, Rebuilder, replace_functions, with_vdevice
 from .targets import TextureTarget, VDeviceTable
-
-
-def with_vdevice(ty: relax.TensorType, vdevice: relax.VDevice | None) -> relax.TensorType:
-    return relax.TensorType(ty.shape, ty.dtype, vdevice)
 
 
 class _FunctionRewriter:

@@ -122,16 +122,11 @@ class FunctionGraph:
         raise KeyError(name)
 
 
-def static_shape(ty: relax.TensorType, function: str, binding: str) -> tuple[int, ...] | None:
-    """The static shape of a tensor type; None if symbolic; an error if unknown."""
+def static_shape(ty: relax.TensorType) -> tuple[int, ...] | None:
+    """The static shape of a tensor type; None if symbolic or unknown."""
     shape = ty.shape
     if shape is None or not isinstance(shape, relax.ShapeExpr):
-        raise TexscopeError(
-            "tensor has no known shape; texscope needs shapes (run the frontend with "
-            "shapes, or R.match_cast to a shape)",
-            function,
-            binding,
-        )
+        return None
     dims = []
     for dim in shape.values:
         if not isinstance(dim, tvm.tirx.IntImm):
@@ -161,7 +156,7 @@ class _Builder:
         self.constant_of: dict[Constant, int] = {}
 
     def new_tensor(self, name: str, origin: str, ty: relax.TensorType) -> int:
-        shape = static_shape(ty, self.function, name)
+        shape = static_shape(ty)
         dtype = str(ty.dtype)
         index = len(self.tensors)
         self.tensors.append(Tensor(index, name, origin, shape, dtype, self.texture.fit(shape, dtype)))
@@ -277,13 +272,25 @@ def called_functions(mod: tvm.IRModule) -> set[str]:
 
 
 def require_shapes(mod: tvm.IRModule) -> None:
-    """Raise unless every tensor of every Relax function has a known shape."""
+    """Raise unless every tensor a call reads or writes has a known shape.
+
+    (A shape-less tensor may exist, e.g. as the input of ``R.match_cast``.)
+    """
     for gvar, func in mod.functions.items():
         if not isinstance(func, relax.Function):
             continue
-        variables = list(func.params)
         for block in func.body.blocks:
-            variables.extend(binding.var for binding in block.bindings)
-        for var in variables:
-            if isinstance(var.ty, relax.TensorType):
-                static_shape(var.ty, gvar.name_hint, var.name)
+            for binding in block.bindings:
+                if not isinstance(binding.value, relax.Call):
+                    continue
+                operands = [*dps_inputs(binding.value), binding.var]
+                for expr in operands:
+                    ty = expr.ty
+                    if isinstance(ty, relax.TensorType) and not isinstance(ty.shape, relax.ShapeExpr):
+                        name = expr.name if isinstance(expr, relax.Var) else binding.var.name
+                        raise TexscopeError(
+                            "tensor has no known shape; texscope needs shapes (run the "
+                            "frontend with shapes, or R.match_cast to a shape)",
+                            gvar.name_hint,
+                            name,
+                        )

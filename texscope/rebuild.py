@@ -68,8 +68,9 @@ class Rebuilder:
                 var = binding.var
                 value = self.builder.normalize(rewrite(binding))
                 if isinstance(binding, relax.MatchCast):
-                    new_var = type(var)(var.name, var.ty)
-                    self.bindings.append(relax.MatchCast(new_var, value, binding.ty))
+                    cast_ty = _on_device_of(binding.ty, value.ty)
+                    new_var = type(var)(var.name, cast_ty)
+                    self.bindings.append(relax.MatchCast(new_var, value, cast_ty))
                 else:
                     new_var = type(var)(var.name, value.ty)
                     self.bindings.append(relax.VarBinding(new_var, value))
@@ -78,6 +79,20 @@ class Rebuilder:
             blocks.append(block_type(self.bindings))
         body = self.builder.normalize(relax.SeqExpr(blocks, self.substitute(func.body.body)))
         return relax.Function(params, body, body.ty, func.is_pure, func.attrs)
+
+
+def with_vdevice(ty: relax.TensorType, vdevice: relax.VDevice | None) -> relax.TensorType:
+    """The same tensor type on another VDevice (None: on none)."""
+    if ty.shape is None:
+        return relax.TensorType(None, ty.dtype, vdevice, ndim=ty.ndim)
+    return relax.TensorType(ty.shape, ty.dtype, vdevice)
+
+
+def _on_device_of(ty, source_ty):
+    """``ty`` on the VDevice of ``source_ty``: a cast does not move data."""
+    if isinstance(ty, relax.TensorType) and isinstance(source_ty, relax.TensorType):
+        return with_vdevice(ty, source_ty.vdevice)
+    return ty
 
 
 def replace_functions(mod: tvm.IRModule, functions: dict, global_infos=None) -> tvm.IRModule:

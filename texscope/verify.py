@@ -17,7 +17,7 @@ from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from . import registry
 from .graph import DPS_OPS, dps_inputs
 from .pipeline import annotated_functions
-from .rebuild import Constant, Rebuilder, replace_functions
+from .rebuild import Constant, Rebuilder, replace_functions, with_vdevice
 from .registry import Storage
 from .targets import FLAVOUR_AXES, TextureTarget, texture_target
 
@@ -140,7 +140,7 @@ def check_invariants(mod: tvm.IRModule, target) -> list[Violation]:
 
 def _strip_type(ty):
     if isinstance(ty, relax.TensorType):
-        return relax.TensorType(ty.shape, ty.dtype)
+        return with_vdevice(ty, None)
     if isinstance(ty, relax.TupleType):
         return relax.TupleType([_strip_type(f) for f in ty.fields])
     return ty

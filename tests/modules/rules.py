@@ -2,6 +2,7 @@
 
 from tvm.script import ir as I
 from tvm.script import relax as R
+from tvm.script import tirx as T
 
 from texscope.examples import Seed  # noqa: F401  (the design's example)
 
@@ -225,5 +226,53 @@ class PackedThenDepthwise:
         with R.dataflow():
             a = R.nn.conv2d(x, w, padding=(1, 1))
             gv = R.nn.conv2d(a, dw, padding=(1, 1), groups=8)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class Symbolic:
+    """N, H, W known only at run time: nothing here can be a texture."""
+
+    @R.function
+    def main(x: R.Tensor(("n", 8, "h", "w"), "float32"), k: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, k, padding=(1, 1))
+            gv = R.nn.relu(c)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class MatchCast:
+    """A shape-less input cast to a symbolic shape."""
+
+    @R.function
+    def main(x: R.Tensor("float32", ndim=4), k: R.Tensor((8, 8, 3, 3), "float32")):
+        n, h, w = T.int64(), T.int64(), T.int64()
+        with R.dataflow():
+            y = R.match_cast(x, R.Tensor((n, 8, h, w), "float32"))
+            c = R.nn.conv2d(y, k, padding=(1, 1))
+            R.output(c)
+        return c
+
+
+@I.ir_module
+class Empty:
+    @R.function
+    def main(x: R.Tensor((1, 8, 4, 4), "float32")):
+        return x
+
+
+@I.ir_module
+class UnknownOp:
+    """An operator no kernel is registered for reads and writes buffers."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            e = R.call_dps_packed("my_custom_kernel", (c,), out_ty=R.Tensor((1, 8, 16, 16), "float32"))
+            gv = R.nn.relu(e)
             R.output(gv)
         return gv
