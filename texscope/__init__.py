@@ -1,5 +1,6 @@
 """texscope: texture or buffer, for every tensor of a TVM Relax model on mobile GPUs."""
 
+from .build import BuildResult, build, get_default_pipeline
 from .collect_consumer import ConsumerInfo, Demand, collect_consumer
 from .collect_producer import ProducerInfo, ScopeChoice, collect_producer
 from .convert_layout import ConvertToPackedLayout
@@ -10,6 +11,9 @@ from .registry import OpKey, OpSupport, PatternKey, Storage, register_op
 from .targets import TextureTarget, texture_target
 
 __all__ = [
+    "BuildResult",
+    "build",
+    "get_default_pipeline",
     "AnnotateTextureScope",
     "ConsumerInfo",
     "ConvertToPackedLayout",

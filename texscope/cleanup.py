@@ -120,9 +120,17 @@ def Cleanup() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     def cleanup(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         mod = relax.transform.RealizeVDevice()(mod)
         mod = relax.transform.CanonicalizeBindings()(mod)
-        folded = fold_texture_copies(mod)
-        if folded is not mod:
-            mod = relax.transform.CanonicalizeBindings()(folded)
-        return mod
+        return FoldTextureCopies()(mod)
 
     return cleanup
+
+
+def FoldTextureCopies() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+    """:func:`fold_texture_copies` as a pass, for the build after fusion."""
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.FoldTextureCopies")
+    def fold(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        folded = fold_texture_copies(mod)
+        return mod if folded is mod else relax.transform.CanonicalizeBindings()(folded)
+
+    return fold

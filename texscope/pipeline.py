@@ -96,31 +96,40 @@ def AnnotateTextureScope(target, check: bool = False) -> tvm.ir.transform.Pass: 
     tvm.ir.transform.Pass
     """
     texture = texture_target(target)
-    legalize = LegalizeKeepingAttrs()
-    cleanup = Cleanup()
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.AnnotateTextureScope")
     def annotate(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        if mod.attrs is not None and ANNOTATED_ATTR in mod.attrs:
-            return mod
-        if not annotated_functions(mod):
-            raise TexscopeError("the module has no Relax function to annotate")
-        _check_not_annotated(mod)
-        # Input from upstream's stage 1 still has Relax pools; their type
-        # inference would ignore the VDevice in ty_args.
-        with texture.target:
-            mod = legalize(mod)
-        if check:
-            _checked(mod, "legalization", texture, invariants=False)
-        mod = define_vdevice(mod, plan_module(mod, texture), texture)
-        if check:
-            _checked(mod, "define_vdevice", texture, invariants=False)
-        mod = cleanup(mod).with_attr(ANNOTATED_ATTR, str(texture.target.kind.name))
-        if check:
-            _checked(mod, "cleanup", texture, invariants=True)
-        return mod
+        return annotate_module(mod, texture, check)[0]
 
     return annotate
+
+
+def annotate_module(
+    mod: tvm.IRModule, texture: TextureTarget, check: bool = False
+) -> tuple[tvm.IRModule, dict[str, ProducerInfo]]:
+    """Stages 2-5 on a module; returns it annotated and the plans behind it.
+
+    The plans are empty when the module was annotated by texscope already.
+    """
+    if mod.attrs is not None and ANNOTATED_ATTR in mod.attrs:
+        return mod, {}
+    if not annotated_functions(mod):
+        raise TexscopeError("the module has no Relax function to annotate")
+    _check_not_annotated(mod)
+    # Input from upstream's stage 1 still has Relax pools; their type
+    # inference would ignore the VDevice in ty_args.
+    with texture.target:
+        mod = LegalizeKeepingAttrs()(mod)
+    if check:
+        _checked(mod, "legalization", texture, invariants=False)
+    plans = plan_module(mod, texture)
+    mod = define_vdevice(mod, plans, texture)
+    if check:
+        _checked(mod, "define_vdevice", texture, invariants=False)
+    mod = Cleanup()(mod).with_attr(ANNOTATED_ATTR, str(texture.target.kind.name))
+    if check:
+        _checked(mod, "cleanup", texture, invariants=True)
+    return mod, plans
 
 
 def texture_scope_pipeline(target, check: bool = False) -> tvm.transform.Sequential:

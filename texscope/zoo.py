@@ -104,9 +104,68 @@ def conv_chain(length: int = 64, channels: int = 32, image: int = 28, residual_e
     return _network((1, channels, image, image), body)
 
 
+def mobilenet_v2_style(blocks: int = 3, channels: int = 16, image: int = 56):
+    """MobileNetV2-style inverted residuals: 1x1 expand + relu6, 3x3 depthwise
+    + relu6, 1x1 project, skip add; adaptive average pool and a dense head."""
+
+    def relu6(h):
+        return O.clip(h, 0.0, 6.0)
+
+    def body(net):
+        h = net.emit(relu6(net.conv(net.x, "stem", channels, stride=2)))
+        for i in range(blocks):
+            skip = h
+            e = net.emit(relu6(net.conv(h, f"b{i}_expand", channels * 4, kernel=1)))
+            d = net.emit(relu6(net.conv(e, f"b{i}_dw", channels * 4, groups=channels * 4)))
+            h = net.emit(O.add(net.conv(d, f"b{i}_project", channels, kernel=1), skip))
+        pooled = net.emit(O.nn.adaptive_avg_pool2d(h, output_size=(1, 1)))
+        return net.dense(net.emit(O.reshape(pooled, (1, channels))), "fc", 10)
+
+    return _network((1, 3, image, image), body)
+
+
+def unet_style(depth: int = 2, channels: int = 16, image: int = 64):
+    """A small U-Net: conv encoders with average-pool downsampling, nearest
+    upsampling, concatenation with the skip along channels, conv decoders."""
+
+    def body(net):
+        h = net.emit(O.nn.relu(net.conv(net.x, "in", channels)))
+        skips = []
+        for i in range(depth):
+            skips.append(h)
+            h = net.emit(O.nn.avg_pool2d(h, pool_size=2, strides=2))
+            h = net.emit(O.nn.relu(net.conv(h, f"down{i}", channels)))
+        for i, skip in enumerate(reversed(skips)):
+            size = [int(d) for d in skip.ty.shape.values[2:]]
+            up = net.emit(O.image.resize2d(h, size, method="nearest_neighbor"))
+            h = net.emit(O.concat([up, skip], axis=1))
+            h = net.emit(O.nn.relu(net.conv(h, f"up{i}", channels)))
+        return net.conv(h, "out", 4, kernel=1)
+
+    return _network((1, 4, image, image), body)
+
+
+def inception_block(channels: int = 32, image: int = 28):
+    """One tensor read four ways: by a conv, a max pool, a channel softmax and a split."""
+
+    def body(net):
+        t = net.emit(O.nn.relu(net.conv(net.x, "stem", channels)))
+        a = net.conv(t, "branch", channels)
+        b = net.emit(O.nn.max_pool2d(t, pool_size=3, strides=1, padding=1))
+        c = net.emit(O.nn.softmax(t, axis=1))
+        halves = net.emit(O.split(t, 2, axis=1))
+        d = net.emit(O.concat([relax.TupleGetItem(halves, 1), relax.TupleGetItem(halves, 0)], axis=1))
+        return net.emit(relax.Tuple([a, b, c, d]))
+
+    return _network((1, channels, image, image), body)
+
+
 NETWORKS: dict[str, Callable[[], tvm.IRModule]] = {
     "seed": lambda: examples.Seed,
     "resnet": resnet_style,
+    "mobilenet_v2": mobilenet_v2_style,
+    "unet": unet_style,
+    "inception": inception_block,
     "chain64": lambda: conv_chain(64),
     "chain256": lambda: conv_chain(256),
     "chain1024": lambda: conv_chain(1024),

@@ -1,0 +1,239 @@
+"""Build a Relax model for a mobile GPU with texscope's texture scopes.
+
+The Relax pipeline follows the design text: library dispatch (none by
+default), texscope's texture-scope pipeline, the remaining legalization (the
+Adreno conv2d legalization for NCHW4c), op patterns, constant folding, fusion,
+copy folding, call-site specialization of PrimFuncs, the Adreno dlight
+schedules with the generic GPU fallbacks, then the usual dataflow lowering.
+
+TVM 0.27 registers its Adreno TIR pipeline as one pass where ``tvm.tirx.build``
+wants a (pipeline, finalize_host, finalize_device) triple, and the build's
+``"default"`` pipeline is the generic one: OpenCL then reads an
+``image2d_array_t`` through ``vload4``.  texscope registers the Adreno passes as
+a proper triple, ``texscope_adreno``, so texture-scoped buffers become
+``read_imagef`` / ``write_imagef``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import attrs
+import tvm
+from tvm import relax
+from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
+from tvm.s_tir import dlight
+from tvm.s_tir.backend.adreno import pipeline as adreno_tir
+from tvm.tirx import compilation_pipeline
+
+from .cleanup import FoldTextureCopies
+from .convert_layout import ConvertToPackedLayout
+from .errors import TexscopeError
+from .pipeline import annotate_module, texture_scope_pipeline
+from .report import Report
+from .targets import texture_target
+
+TIR_PIPELINE = "texscope_adreno"
+# Cross-compiling the host library for a phone: the NDK's clang, e.g.
+# $NDK/toolchains/llvm/prebuilt/linux-x86_64/bin/aarch64-linux-android28-clang++
+NDK_CC_ENV = "TEXSCOPE_NDK_CC"
+
+
+def _adreno_tir_triple():
+    return (
+        adreno_tir.default_tir_pipeline(),
+        compilation_pipeline.finalize_host_passes,
+        compilation_pipeline.finalize_device_passes,
+    )
+
+
+compilation_pipeline.register_tir_pipeline(TIR_PIPELINE, _adreno_tir_triple)
+
+
+def optimize_passes(target: tvm.target.Target) -> list:
+    """After annotation: legalize, fuse, fold copies, specialize, schedule."""
+    return [
+        # The default legalization leaves NCHW4c convs to the Adreno one.
+        relax.transform.LegalizeOps(),
+        relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_adreno.conv2d_NCHWc_OIHWo}),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+        FoldTextureCopies(),
+        relax.transform.DeadCodeElimination(),
+        relax.transform.SpecializePrimFuncBasedOnCallSite(),
+        relax.transform.Normalize(),
+        dlight.ApplyDefaultSchedule(
+            dlight.adreno.Conv2d(), dlight.adreno.LayoutTransform(), dlight.adreno.Pool2D()
+        ),
+        dlight.ApplyDefaultSchedule(
+            dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
+        ),
+    ]
+
+
+def lower_passes(target: tvm.target.Target) -> list:
+    return [
+        *relax.backend.gpu_generic.dataflow_lower_passes(target),
+        *relax.backend.gpu_generic.finalize_passes(target),
+    ]
+
+
+def _under(target: tvm.target.Target, passes: list, name: str) -> tvm.ir.transform.Pass:
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        with target:
+            return tvm.transform.Sequential(passes)(mod)
+
+    return run
+
+
+def get_default_pipeline(target) -> tvm.ir.transform.Pass:
+    """The whole Relax pipeline, for ``tvm.compile(mod, target, relax_pipeline=...)``.
+
+    Use it with ``tir_pipeline="texscope_adreno"``.
+    """
+    target = texture_target(target).target
+    return _under(
+        target,
+        [
+            tvm.tirx.transform.BindTarget(target),
+            texture_scope_pipeline(target),
+            *optimize_passes(target),
+            *lower_passes(target),
+        ],
+        "texscope.default_pipeline",
+    )
+
+
+@attrs.frozen
+class BuildResult:
+    """What :func:`build` returns.
+
+    Attributes
+    ----------
+    executable : relax.VMExecutable or None
+        The Relax VM executable (None where the target cannot be compiled here).
+    opencl_source : str
+        The device kernels as OpenCL C ("" for other targets).
+    report : Report
+        Decisions per tensor, copies, counts and build figures.
+    module : IRModule
+        The Relax module after scheduling, before dataflow lowering.
+    """
+
+    executable: object
+    opencl_source: str
+    report: Report
+    module: tvm.IRModule = attrs.field(repr=False)
+
+    def export(self, directory) -> Path:
+        """Write model.so, kernels.cl, report.json and report.md into ``directory``."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        if self.executable is not None:
+            compiler = os.environ.get(NDK_CC_ENV)
+            if compiler:
+                from tvm.contrib import ndk  # imported only when cross-compiling
+
+                self.executable.export_library(str(out / "model.so"), fcompile=ndk.create_shared,
+                                               options=["-shared"], cc=compiler)
+            else:
+                self.executable.export_library(str(out / "model.so"))
+        (out / "kernels.cl").write_text(self.opencl_source)
+        (out / "report.json").write_text(self.report.to_json())
+        (out / "report.md").write_text(self.report.to_markdown())
+        return out
+
+
+KERNEL_DEFINITION = re.compile(r"__kernel void (\w+)\(([^)]*)\)\s*\{")
+
+
+def kernel_signatures(source: str) -> dict[str, str]:
+    """Kernel name to parameter list, for the kernels defined in ``source``."""
+    return {m.group(1): m.group(2) for m in KERNEL_DEFINITION.finditer(source)}
+
+
+def _device_source(executable) -> str:
+    sources = []
+
+    def walk(module):
+        if module.kind == "opencl":
+            sources.append(module.inspect_source())
+        for sub in module.imports:
+            walk(sub)
+
+    walk(executable.mod)
+    return "\n".join(sources)
+
+
+def _copies_left(mod: tvm.IRModule) -> int:
+    return sum(
+        1
+        for func in mod.functions.values() if isinstance(func, relax.Function)
+        for block in func.body.blocks for b in block.bindings
+        if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+        and b.value.op.name == "relax.to_vdevice"
+    )
+
+
+def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
+    """Build ``mod`` for a texture-capable GPU target.
+
+    Parameters
+    ----------
+    mod : IRModule
+        A Relax module with static or symbolic shapes.
+    target : Target, tag, preset name or JSON
+        e.g. ``"adreno-opencl"``, ``"qcom/adreno-opencl-texture"``, ``"mali-opencl"``.
+    host : Target or str, optional
+        Host target; ``llvm`` by default.  Set ``TEXSCOPE_NDK_CC`` to export a
+        library for a phone.
+    log : callable, optional
+        Called with (stage, seconds) as each stage finishes.
+
+    Returns
+    -------
+    BuildResult
+    """
+    texture = texture_target(target)
+    device_target = tvm.target.Target(texture.target, host=host or "llvm")
+    log = log or (lambda stage, seconds: None)
+    figures = {}
+
+    def timed(stage, fn, *args):
+        start = time.perf_counter()
+        result = fn(*args)
+        figures[f"{stage}_s"] = round(time.perf_counter() - start, 3)
+        log(stage, figures[f"{stage}_s"])
+        return result
+
+    with device_target:
+        packed = timed("convert_layout", ConvertToPackedLayout(device_target), mod)
+        annotated, plans = timed("annotate", annotate_module, packed, texture_target(device_target))
+        optimized = timed("optimize", _under(device_target, [
+            tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
+        ], "texscope.optimize"), annotated)
+    figures["copies_left"] = _copies_left(optimized)
+    executable, source = None, ""
+    if texture.kind == "opencl":
+        executable = timed("codegen", lambda: tvm.compile(
+            optimized, target=device_target,
+            relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
+            tir_pipeline=TIR_PIPELINE,
+        ))
+        source = _device_source(executable)
+        kernels = kernel_signatures(source)
+        figures["kernels"] = len(kernels)
+        figures["kernels_with_images"] = sum("image2d" in params for params in kernels.values())
+    elif tvm.get_global_func(f"target.build.{texture.kind}", allow_missing=True) is None:
+        figures["codegen"] = (f"skipped: this TVM build has no {texture.kind} code generator "
+                              f"(target.build.{texture.kind}); the annotation is complete")
+    figures["build_s"] = round(sum(v for k, v in figures.items() if k.endswith("_s")), 3)
+    report = Report.from_plans(str(texture.target.export().get("tag") or texture.kind), plans, figures)
+    return BuildResult(executable, source, report, optimized)

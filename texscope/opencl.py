@@ -1,0 +1,65 @@
+"""The OpenCL texscope emits, checked on a real OpenCL implementation.
+
+pyopencl and an OpenCL driver with image support (PoCL in CI, any GPU where
+there is one) are needed only here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import TexscopeError
+
+IMAGE_PARAM = re.compile(r"(?:__read_only|__write_only|__read_write)?\s*image2d(?:_array)?_t\s+(\w+)")
+KERNEL = re.compile(r"__kernel void (\w+)\(([^)]*)\)\s*\{")
+# TVM wraps reads in READ_IMAGEF / READ_IMAGEH macros that expand to read_image*.
+IMAGE_ACCESS = re.compile(
+    r"\b(read_image[fhi]|write_image[fhi]|get_image_\w+|READ_IMAGE[FH])\s*\(\s*$"
+)
+
+
+def default_device():
+    """The first OpenCL device found."""
+    try:
+        import pyopencl as cl
+    except ImportError as err:
+        raise TexscopeError("pyopencl is not installed: pip install pyopencl") from err
+    for platform in cl.get_platforms():
+        devices = platform.get_devices()
+        if devices:
+            return devices[0]
+    raise TexscopeError("no OpenCL device found (apt-get install pocl-opencl-icd for a CPU one)")
+
+
+def compile_source(source: str, device=None):
+    """Build ``source`` with the device's OpenCL compiler; returns the program."""
+    import pyopencl as cl
+
+    device = device or default_device()
+    return cl.Program(cl.Context([device]), source).build()
+
+
+def _body(source: str, start: int) -> str:
+    depth, i = 0, start
+    while i < len(source):
+        depth += {"{": 1, "}": -1}.get(source[i], 0)
+        i += 1
+        if depth == 0:
+            break
+    return source[start:i]
+
+
+def image_misuse(source: str) -> list[str]:
+    """Places where a kernel touches an image argument other than through an
+    image read, write or query (e.g. ``vload4`` on it, or pointer arithmetic)."""
+    problems = []
+    for match in KERNEL.finditer(source):
+        name, params = match.group(1), match.group(2)
+        body = _body(source, match.end() - 1)
+        for image in IMAGE_PARAM.findall(params):
+            for use in re.finditer(rf"\b{image}\b", body):
+                before = body[: use.start()]
+                if not IMAGE_ACCESS.search(before):
+                    line = body[: use.end()].rsplit("\n", 1)[-1].strip()
+                    problems.append(f"{name}: {image} used as `{line}`")
+    return problems
