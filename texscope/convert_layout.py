@@ -12,6 +12,7 @@ PrimFunc then gets an ``op_pattern``.
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from . import registry
@@ -34,6 +35,50 @@ def _recording(op_name: str, fields: list[str]):
     return legalize
 
 
+def merge_identical_prim_funcs(mod: tvm.IRModule) -> tvm.IRModule:
+    """One PrimFunc per distinct body, calls redirected to it.
+
+    Recording attributes updates each legalized PrimFunc after the
+    BlockBuilder deduplicated it, so identical kernels (say, a layout
+    transform per batch-norm parameter) would otherwise all be built.
+    """
+    canonical: dict[relax.GlobalVar, relax.GlobalVar] = {}
+    seen: dict[int, list[relax.GlobalVar]] = {}
+    for gvar in sorted(mod.functions, key=lambda g: g.name_hint):
+        func = mod[gvar]
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        bucket = seen.setdefault(tvm_ffi.structural_hash(func), [])
+        twin = next((g for g in bucket if tvm_ffi.structural_equal(mod[g], func)), None)
+        if twin is None:
+            bucket.append(gvar)
+        else:
+            canonical[gvar] = twin
+    if not canonical:
+        return mod
+    functions = {g: f for g, f in mod.functions.items() if g not in canonical}
+    for gvar, func in functions.items():
+        if isinstance(func, relax.Function):
+            functions[gvar] = _redirect_calls(func, canonical)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _redirect_calls(func: relax.Function, canonical: dict) -> relax.Function:
+    blocks = []
+    for block in func.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.args and value.args[0] in canonical:
+                value = relax.Call(value.op, [canonical[value.args[0]], *value.args[1:]],
+                                   value.attrs, value.ty_args)
+                binding = relax.VarBinding(binding.var, value)
+            bindings.append(binding)
+        blocks.append(type(block)(bindings))
+    return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty,
+                          func.is_pure, func.attrs)
+
+
 def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """LegalizeOps for all but the kept operators, recording attributes where
     the registry decides by them, then AnnotateTIROpPattern."""
@@ -42,6 +87,7 @@ def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-
     def legalize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         recording = {op: _recording(op, f) for op, f in registry.recorded_attrs().items()}
         mod = relax.transform.LegalizeOps(recording, skip_ops=registry.kept_ops())(mod)
+        mod = relax.transform.Normalize()(merge_identical_prim_funcs(mod))
         return relax.transform.AnnotateTIROpPattern()(mod)
 
     return legalize
