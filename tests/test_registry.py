@@ -22,9 +22,11 @@ def test_stage1_output_calls_map_to_their_entries():
     mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.Conflict)
     assert entry_names(mod) == {
         "lv": "layout_transform", "lv1": "layout_transform", "c": "conv2d_nchw4c",
-        "p": "max_pool2d_nchw4c", "m": "opaque", "s": "opaque",
-        "lv2": "layout_transform", "lv3": "layout_transform", "lv4": "layout_transform",
+        "lv2": "layout_transform", "p": "conv2d_nchw4c", "m": "opaque", "s": "opaque",
+        "lv3": "layout_transform", "lv4": "layout_transform", "lv5": "layout_transform",
     }
+    pooled = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
+    assert entry_names(pooled)["lv2"] == "max_pool2d_nchw4c"
 
 
 def test_an_element_wise_kernel_is_injective():

@@ -30,11 +30,13 @@ def op_calls(mod, op_name):
 def test_stage1_packs_conv2d_and_records_attributes_of_legalized_ops():
     mod = stage1(rules.Conflict)
     conv = [b.value for b in op_calls(mod, "relax.nn.conv2d")]
-    assert [(c.attrs.data_layout, c.attrs.kernel_layout) for c in conv] == [("NCHW4c", "OIHW4o")]
+    assert [(c.attrs.data_layout, c.attrs.kernel_layout) for c in conv] == [("NCHW4c", "OIHW4o")] * 2
     records = {gv.name_hint: dict(f.attrs["texscope_op"]) for gv, f in mod.functions.items()
                if isinstance(f, tvm.tirx.PrimFunc) and "texscope_op" in f.attrs}
-    assert records["max_pool2d"] == {"op": "relax.nn.max_pool2d", "layout": "NCHW4c"}
     assert records["te_layout_transform"] == {"op": "relax.layout_transform"}
+    pooled = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
+    record = pooled[pooled.get_global_var("max_pool2d")].attrs["texscope_op"]
+    assert dict(record) == {"op": "relax.nn.max_pool2d", "layout": "NCHW4c"}
     assert all("op_pattern" in f.attrs for f in mod.functions.values()
                if isinstance(f, tvm.tirx.PrimFunc))
 
@@ -43,13 +45,13 @@ def test_collect_consumer_lists_every_demand():
     info = consumers(stage1(rules.Conflict))
     fields = [(d.consumer, d.operand, d.accepts, d.wants, d.entry) for d in info.of("c")]
     assert fields == [
-        ("p", 0, TEXTURE, Storage.TEXTURE, "max_pool2d_nchw4c"),
+        ("p", 0, TEXTURE, Storage.TEXTURE, "conv2d_nchw4c"),
         ("m", 0, BUFFER, Storage.BUFFER, "opaque"),
         ("s", 0, BUFFER, Storage.BUFFER, "opaque"),
     ]
     # The unpacking transform reads a buffer; the function's result goes back as a buffer.
-    assert [(d.consumer, d.accepts) for d in info.of("p")] == [("lv2", BUFFER)]
-    assert [(d.consumer, d.accepts) for d in info.of("lv2")] == [(RETURN, BUFFER)]
+    assert [(d.consumer, d.accepts) for d in info.of("p")] == [("lv3", BUFFER)]
+    assert [(d.consumer, d.accepts) for d in info.of("lv3")] == [(RETURN, BUFFER)]
     # The packed input feeds conv2d's data operand; the packed weights its kernel operand.
     assert [(d.consumer, d.operand, d.wants) for d in info.of("lv")] == [("c", 0, Storage.TEXTURE)]
     assert [(d.consumer, d.operand, d.wants) for d in info.of("lv1")] == [("c", 1, Storage.BUFFER)]
@@ -74,7 +76,7 @@ def test_collect_producer_settles_the_conflict():
     assert info.of("lv1").scope == "global" and info.of("lv1").copied_to == ()
     assert info.copies == 1
     calls = {site.name: site.index for site in info.graph.calls}
-    assert info.reads[calls["p"]] == (TW,)
+    assert info.reads[calls["p"]] == (TW, "global")
     assert info.reads[calls["m"]] == ("global",)
     assert info.reads[calls["c"]] == (TW, "global")
 

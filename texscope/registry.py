@@ -248,9 +248,9 @@ BUILTIN: tuple[OpSupport, ...] = (
         OpSupport(
             name=f"{op.rsplit('.', 1)[1]}_nchw4c",
             key=OpKey(op, {"layout": "NCHW4c"}),
-            inputs=(TEXTURE,),
+            inputs=(ANY,),
             outputs=(ANY,),
-            note="the Adreno Pool2D schedule reads packed texels",
+            note="the Adreno Pool2D schedule reads packed texels, or a buffer as well",
         )
         for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
     ),

@@ -78,27 +78,13 @@ class SeedExpected:
         return gv
 
 
-# c feeds a pool (texture only) and two reductions (buffers only): c is a
+# c feeds a conv (texture only) and two reductions (buffers only): c is a
 # texture (one copy either way, texture wins the tie) and both reductions share
 # a single copy, c_global.  Both reductions' results unpack through one kernel.
 @I.ir_module(check_well_formed=False)
 class ConflictExpected:
     I.module_attrs({"texscope_target": "opencl"})
     I.module_global_infos({"vdevice": [I.vdevice(ADRENO, 0, "global"), I.vdevice(ADRENO, 0, "global.texture-weight")]})
-    @T.prim_func(private=True, s_tir=True)
-    def max_pool2d(c: T.Buffer((T.int64(1), T.int64(2), T.int64(16), T.int64(16), T.int64(4)), "float32"), pool_max: T.Buffer((T.int64(1), T.int64(2), T.int64(8), T.int64(8), T.int64(4)), "float32")):
-        T.func_attr({"op_pattern": 4, "texscope_op": {"layout": "NCHW4c", "op": "relax.nn.max_pool2d"}, "tirx.noalias": True})
-        # with T.sblock("root"):
-        for ax0, ax1, ax2, ax3, ax4, rv0, rv1 in T.grid(T.int64(1), T.int64(2), T.int64(8), T.int64(8), T.int64(4), T.int64(2), T.int64(2)):
-            with T.sblock("pool_max"):
-                v_ax0, v_ax1, v_ax2, v_ax3, v_ax4, v_rv0, v_rv1 = T.axis.remap("SSSSSRR", [ax0, ax1, ax2, ax3, ax4, rv0, rv1])
-                T.reads(c[v_ax0, v_ax1, v_ax2 * T.int64(2) + v_rv0, v_ax3 * T.int64(2) + v_rv1, v_ax4])
-                T.writes(pool_max[v_ax0, v_ax1, v_ax2, v_ax3, v_ax4])
-                T.sblock_attr({"schedule_rule": "meta_schedule.pool_max"})
-                with T.init():
-                    pool_max[v_ax0, v_ax1, v_ax2, v_ax3, v_ax4] = T.float32(-340282346638528859811704183484516925440.0)
-                pool_max[v_ax0, v_ax1, v_ax2, v_ax3, v_ax4] = T.max(pool_max[v_ax0, v_ax1, v_ax2, v_ax3, v_ax4], c[v_ax0, v_ax1, v_ax2 * T.int64(2) + v_rv0, v_ax3 * T.int64(2) + v_rv1, v_ax4])
-
     @T.prim_func(private=True, s_tir=True)
     def mean(c: T.Buffer((T.int64(1), T.int64(2), T.int64(16), T.int64(16), T.int64(4)), "float32"), T_divide: T.Buffer((T.int64(1), T.int64(2), T.int64(4)), "float32")):
         T.func_attr({"op_pattern": 4, "tirx.noalias": True})
@@ -155,10 +141,21 @@ class ConflictExpected:
                 te_layout_transform[v_self // T.int64(4), v_i0, v_i1, v_i2, v_self % T.int64(4)] = w[v_self, v_i0, v_i1, v_i2]
 
     @T.prim_func(private=True, s_tir=True)
-    def te_layout_transform2(p: T.Buffer((T.int64(1), T.int64(2), T.int64(8), T.int64(8), T.int64(4)), "float32"), te_layout_transform: T.Buffer((T.int64(1), T.int64(8), T.int64(8), T.int64(8)), "float32")):
+    def te_layout_transform2(k: T.Buffer((T.int64(8), T.int64(8), T.int64(1), T.int64(1)), "float32"), te_layout_transform: T.Buffer((T.int64(2), T.int64(8), T.int64(1), T.int64(1), T.int64(4)), "float32")):
         T.func_attr({"op_pattern": 8, "texscope_op": {"op": "relax.layout_transform"}, "tirx.noalias": True})
         # with T.sblock("root"):
-        for self, i0, i1, i2, i3 in T.grid(T.int64(1), T.int64(2), T.int64(8), T.int64(8), T.int64(4)):
+        for self, i0, i1, i2 in T.grid(T.int64(8), T.int64(8), T.int64(1), T.int64(1)):
+            with T.sblock("te_layout_transform"):
+                v_self, v_i0, v_i1, v_i2 = T.axis.remap("SSSS", [self, i0, i1, i2])
+                T.reads(k[v_self, v_i0, v_i1, v_i2])
+                T.writes(te_layout_transform[v_self // T.int64(4), v_i0, v_i1, v_i2, v_self % T.int64(4)])
+                te_layout_transform[v_self // T.int64(4), v_i0, v_i1, v_i2, v_self % T.int64(4)] = k[v_self, v_i0, v_i1, v_i2]
+
+    @T.prim_func(private=True, s_tir=True)
+    def te_layout_transform3(p: T.Buffer((T.int64(1), T.int64(2), T.int64(16), T.int64(16), T.int64(4)), "float32"), te_layout_transform: T.Buffer((T.int64(1), T.int64(8), T.int64(16), T.int64(16)), "float32")):
+        T.func_attr({"op_pattern": 8, "texscope_op": {"op": "relax.layout_transform"}, "tirx.noalias": True})
+        # with T.sblock("root"):
+        for self, i0, i1, i2, i3 in T.grid(T.int64(1), T.int64(2), T.int64(16), T.int64(16), T.int64(4)):
             with T.sblock("te_layout_transform"):
                 v_self, v_i0, v_i1, v_i2, v_i3 = T.axis.remap("SSSSS", [self, i0, i1, i2, i3])
                 T.reads(p[v_self, v_i0, v_i1, v_i2, v_i3])
@@ -166,7 +163,7 @@ class ConflictExpected:
                 te_layout_transform[v_self, v_i0 * T.int64(4) + v_i3, v_i1, v_i2] = p[v_self, v_i0, v_i1, v_i2, v_i3]
 
     @T.prim_func(private=True, s_tir=True)
-    def te_layout_transform3(m: T.Buffer((T.int64(1), T.int64(2), T.int64(4)), "float32"), te_layout_transform: T.Buffer((T.int64(1), T.int64(8)), "float32")):
+    def te_layout_transform4(m: T.Buffer((T.int64(1), T.int64(2), T.int64(4)), "float32"), te_layout_transform: T.Buffer((T.int64(1), T.int64(8)), "float32")):
         T.func_attr({"op_pattern": 8, "texscope_op": {"op": "relax.layout_transform"}, "tirx.noalias": True})
         # with T.sblock("root"):
         for self, i0, i1 in T.grid(T.int64(1), T.int64(2), T.int64(4)):
@@ -177,19 +174,20 @@ class ConflictExpected:
                 te_layout_transform[v_self, v_i0 * T.int64(4) + v_i1] = m[v_self, v_i0, v_i1]
 
     @R.function
-    def main(x: R.Tensor((1, 8, 16, 16), dtype="float32", vdevice="opencl:0:global"), w: R.Tensor((8, 8, 3, 3), dtype="float32", vdevice="opencl:0:global")) -> R.Tuple(R.Tensor((1, 8, 8, 8), dtype="float32", vdevice="opencl:0:global"), R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global"), R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global")):
+    def main(x: R.Tensor((1, 8, 16, 16), dtype="float32", vdevice="opencl:0:global"), w: R.Tensor((8, 8, 3, 3), dtype="float32", vdevice="opencl:0:global"), k: R.Tensor((8, 8, 1, 1), dtype="float32", vdevice="opencl:0:global")) -> R.Tuple(R.Tensor((1, 8, 16, 16), dtype="float32", vdevice="opencl:0:global"), R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global"), R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global")):
         cls = ConflictExpected
         with R.dataflow():
             lv = R.call_tir(cls.te_layout_transform, (x,), out_ty=R.Tensor((1, 2, 16, 16, 4), dtype="float32", vdevice="opencl:1:global.texture-weight"))
             lv1 = R.call_tir(cls.te_layout_transform1, (w,), out_ty=R.Tensor((2, 8, 3, 3, 4), dtype="float32", vdevice="opencl:0:global"))
             c: R.Tensor((1, 2, 16, 16, 4), dtype="float32", vdevice="opencl:1:global.texture-weight") = R.nn.conv2d(lv, lv1, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1, data_layout="NCHW4c", kernel_layout="OIHW4o", out_layout="NCHW4c", out_dtype=None)
-            p = R.call_tir(cls.max_pool2d, (c,), out_ty=R.Tensor((1, 2, 8, 8, 4), dtype="float32", vdevice="opencl:0:global"))
+            lv2 = R.call_tir(cls.te_layout_transform2, (k,), out_ty=R.Tensor((2, 8, 1, 1, 4), dtype="float32", vdevice="opencl:0:global"))
+            p: R.Tensor((1, 2, 16, 16, 4), dtype="float32", vdevice="opencl:0:global") = R.nn.conv2d(c, lv2, strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1, data_layout="NCHW4c", kernel_layout="OIHW4o", out_layout="NCHW4c", out_dtype=None)
             c_global: R.Tensor((1, 2, 16, 16, 4), dtype="float32", vdevice="opencl:0:global") = R.to_vdevice(c, dst_vdevice="opencl:0:global")
             m = R.call_tir(cls.mean, (c_global,), out_ty=R.Tensor((1, 2, 4), dtype="float32", vdevice="opencl:0:global"))
             s = R.call_tir(cls.sum, (c_global,), out_ty=R.Tensor((1, 2, 4), dtype="float32", vdevice="opencl:0:global"))
-            lv2 = R.call_tir(cls.te_layout_transform2, (p,), out_ty=R.Tensor((1, 8, 8, 8), dtype="float32", vdevice="opencl:0:global"))
-            lv3 = R.call_tir(cls.te_layout_transform3, (m,), out_ty=R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global"))
-            lv4 = R.call_tir(cls.te_layout_transform3, (s,), out_ty=R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global"))
-            gv: R.Tuple(R.Tensor((1, 8, 8, 8), dtype="float32", vdevice="opencl:0:global"), R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global"), R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global")) = lv2, lv3, lv4
+            lv3 = R.call_tir(cls.te_layout_transform3, (p,), out_ty=R.Tensor((1, 8, 16, 16), dtype="float32", vdevice="opencl:0:global"))
+            lv4 = R.call_tir(cls.te_layout_transform4, (m,), out_ty=R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global"))
+            lv5 = R.call_tir(cls.te_layout_transform4, (s,), out_ty=R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global"))
+            gv: R.Tuple(R.Tensor((1, 8, 16, 16), dtype="float32", vdevice="opencl:0:global"), R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global"), R.Tensor((1, 8), dtype="float32", vdevice="opencl:0:global")) = lv3, lv4, lv5
             R.output(gv)
         return gv
