@@ -50,6 +50,7 @@ class _FunctionRewriter:
         # Shared by the block's later readers; a dataflow var does not outlive its block.
         key = (self.rebuilder.block, tensor, scope)
         if key not in self.hints:
+            self.vdevices[scope]  # listed even when only a copy lives there
             source = self.graph.tensors[tensor].name.replace("[", "_").replace("]", "")
             name = f"{source}_{scope.replace('global.', '').replace('-', '_')}"
             self.hints[key] = self.rebuilder.emit(
