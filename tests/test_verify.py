@@ -72,14 +72,14 @@ def test_strip_scopes_leaves_no_vdevice_or_copy():
 
 def test_the_check_flag_turns_a_broken_plan_into_an_error(monkeypatch):
     stage3 = importlib.import_module("texscope.collect_producer")  # the name is also a function
-    decide = stage3.decide
+    plan = stage3._optimal
 
-    def read_textures_directly(tensor, allowed, demands, note):
-        # A broken planner: consumers that need a copy read the texture itself.
-        choice, reads = decide(tensor, allowed, demands, note)
-        return choice, [choice.storage for _ in reads]
+    def read_textures_directly(consumers):
+        # A broken planner: consumers that need a copy read the tensor as written.
+        storages, reads = plan(consumers)
+        return storages, [[storage] * len(read) for storage, read in zip(storages, reads)]
 
-    monkeypatch.setattr(stage3, "decide", read_textures_directly)
+    monkeypatch.setattr(stage3, "_optimal", read_textures_directly)
     with pytest.raises(texscope.TexscopeError, match="invariant") as err:
         texscope.texture_scope_pipeline(ADRENO, check=True)(rules.Conflict)
     assert err.value.binding == "m" and "opaque cannot read a texture" in str(err.value)

@@ -4,6 +4,7 @@ from .build import BuildResult, build, get_default_pipeline
 from .collect_consumer import ConsumerInfo, Demand, collect_consumer
 from .collect_producer import ProducerInfo, ScopeChoice, collect_producer
 from .convert_layout import ConvertToPackedLayout
+from .cost import PlanCost, plan_cost
 from .define_vdevice import define_vdevice
 from .errors import TexscopeError
 from .pipeline import AnnotateTextureScope, texture_scope_pipeline
@@ -19,6 +20,7 @@ __all__ = [
     "ConvertToPackedLayout",
     "Demand",
     "OpKey",
+    "PlanCost",
     "OpSupport",
     "PatternKey",
     "ProducerInfo",
@@ -29,6 +31,7 @@ __all__ = [
     "collect_consumer",
     "collect_producer",
     "define_vdevice",
+    "plan_cost",
     "register_op",
     "texture_scope_pipeline",
     "texture_target",

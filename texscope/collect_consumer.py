@@ -39,6 +39,8 @@ class Demand:
         The registry entry the demand comes from.
     reason : str
         Why, in words.
+    gain : float
+        What reading it as a texture saves, as a fraction of its bytes.
     """
 
     consumer: str
@@ -48,6 +50,7 @@ class Demand:
     wants: Storage
     entry: str
     reason: str
+    gain: float = 0.0
 
 
 @attrs.frozen
@@ -72,12 +75,12 @@ class ConsumerInfo:
 
 
 def _demand(graph: FunctionGraph, tensor: int, consumer: str, call: int | None, operand: int,
-            accepted: frozenset, entry: str, note: str) -> Demand:
+            accepted: frozenset, entry: str, note: str, gain: float = 0.0) -> Demand:
     fit = graph.tensors[tensor].fit
     if fit.scope is None and Storage.TEXTURE in accepted:
         accepted, note = BUFFER, f"cannot be a texture: {fit.reason}"
     wants = Storage.TEXTURE if Storage.TEXTURE in accepted else Storage.BUFFER
-    return Demand(consumer, call, operand, frozenset(accepted), wants, entry, note)
+    return Demand(consumer, call, operand, frozenset(accepted), wants, entry, note, gain)
 
 
 def consumer_demands(graph: FunctionGraph) -> ConsumerInfo:
@@ -89,7 +92,8 @@ def consumer_demands(graph: FunctionGraph) -> ConsumerInfo:
                 continue
             demands[tensor].append(
                 _demand(graph, tensor, site.name, site.index, operand,
-                        site.support.input(operand), site.support.name, site.support.note)
+                        site.support.input(operand), site.support.name, site.support.note,
+                        site.support.texture_gain)
             )
     for position, tensor in enumerate(graph.returned):
         demands[tensor].append(

@@ -1,22 +1,38 @@
 """Stage 3: the final storage of every tensor, settling conflicting consumers.
 
 Analysis only.  A producer may write any storage its kernel supports (the
-registry's output sets; a parameter or constant may arrive in either).  Among
-those it takes the one that needs the fewest copies for its consumers, then
-the fewest bytes copied, then texture over buffer.  A consumer that cannot read
-the chosen storage reads a copy in the storage it wants; consumers wanting the
-same copy share it, so a tensor is copied at most once per storage.
+registry's output sets; a parameter or constant may arrive in either).  A
+consumer that cannot read that storage reads a copy in one it can; consumers
+wanting the same copy share it, so a tensor is copied at most once per storage.
+
+Two policies:
+
+``"local"``
+    Each tensor alone: the storage needing the fewest copies, then the fewest
+    bytes copied, then texture over buffer.
+``"optimal"`` (default)
+    All tensors together, minimising the plan's cost (:mod:`texscope.cost`):
+    bytes copied plus a launch price per copy, minus what texture reads save,
+    subject to the registry's per-operand sets and sync rules.  Exact: the
+    cost is a sum of unary and submodular pairwise terms over binary labels
+    (texture or buffer) once each tensor also gets "a texture version exists"
+    and "a buffer version exists" labels, so one minimum s-t cut minimises it
+    (:mod:`texscope.mincut`).
 """
 
 from __future__ import annotations
 
 import attrs
 
+from . import cost
 from .collect_consumer import ConsumerInfo, Demand
+from .errors import TexscopeError
 from .graph import FunctionGraph, Tensor
+from .mincut import INFINITE, BinaryEnergy
 from .registry import ANY, BUFFER, Storage
 from .targets import BUFFER_SCOPE
 
+POLICIES = ("optimal", "local")
 _PREFERENCE = (Storage.TEXTURE, Storage.BUFFER)
 
 
@@ -64,11 +80,14 @@ class ProducerInfo:
     reads : tuple of tuple of (str or None)
         Per call, the memory scope each operand is read in (None for
         non-tensor operands).
+    policy : str
+        The policy that decided.
     """
 
     consumers: ConsumerInfo
     choices: tuple[ScopeChoice, ...]
     reads: tuple[tuple[str | None, ...], ...]
+    policy: str = "optimal"
 
     @property
     def graph(self) -> FunctionGraph:
@@ -87,11 +106,14 @@ def scope_of(tensor: Tensor, storage: Storage) -> str:
     return tensor.fit.scope if storage is Storage.TEXTURE else BUFFER_SCOPE
 
 
-def _writable(graph: FunctionGraph, tensor: Tensor, producer_sets: dict[int, frozenset]):
+def writable(graph: FunctionGraph, tensor: Tensor) -> tuple[frozenset, str]:
+    """Storages a tensor can be written in, and why not the others."""
     if tensor.fit.scope is None:
         return BUFFER, f"buffer: {tensor.fit.reason}"
     if tensor.origin == "call":
-        allowed = producer_sets[tensor.index]
+        site, field = next((s, f) for s in graph.calls for f, t in enumerate(s.outputs)
+                           if t == tensor.index)
+        allowed = site.support.output(field)
         if Storage.TEXTURE not in allowed:
             return allowed, "its producer's kernel writes only buffers"
         return allowed, ""
@@ -100,48 +122,117 @@ def _writable(graph: FunctionGraph, tensor: Tensor, producer_sets: dict[int, fro
     return ANY, ""
 
 
-def _cost(tensor: Tensor, storage: Storage, demands: tuple[Demand, ...]):
-    targets = sorted({d.wants.value for d in demands if storage not in d.accepts})
-    copies = len(targets)
-    return copies, copies * tensor.nbytes, targets
-
-
 def decide(tensor: Tensor, allowed: frozenset, demands: tuple[Demand, ...], limit_note: str):
-    """Choose one tensor's storage; returns (ScopeChoice, read storage per demand)."""
+    """The local rule for one tensor; returns (storage, read storage per demand)."""
     candidates = [s for s in _PREFERENCE if s in allowed]
-    if not demands:
-        # Nobody reads it: nothing gains from a texture.
-        candidates = [s for s in reversed(candidates)]
+    if not any(Storage.TEXTURE in d.accepts for d in demands):
+        # Nobody reads a texture: nothing gains from one.
+        candidates.reverse()
 
     def key(storage: Storage):
-        copies, nbytes, _ = _cost(tensor, storage, demands)
-        return copies, nbytes
+        targets = {d.wants for d in demands if storage not in d.accepts}
+        return len(targets), len(targets) * tensor.nbytes
 
     storage = min(candidates, key=key)  # min is stable: preference breaks ties
-    copies, nbytes, targets = _cost(tensor, storage, demands)
-    direct = [d.consumer for d in demands if storage in d.accepts]
-    copied = [d.consumer for d in demands if storage not in d.accepts]
-    parts = [f"{storage.value}"]
+    return storage, [storage if storage in d.accepts else d.wants for d in demands]
+
+
+def _local(consumers: ConsumerInfo):
+    graph = consumers.graph
+    storages, reads = [], []
+    for tensor in graph.tensors:
+        allowed, note = writable(graph, tensor)
+        storage, read = decide(tensor, allowed, consumers.demands[tensor.index], note)
+        storages.append(storage)
+        reads.append(read)
+    return storages, reads
+
+
+def _optimal(consumers: ConsumerInfo):
+    graph = consumers.graph
+    launch = cost.launch_bytes(graph)
+    energy = BinaryEnergy()
+    written, texture_exists, buffer_absent = [], [], []
+    for tensor in graph.tensors:
+        s, z, w = energy.variable(), energy.variable(), energy.variable()
+        written.append(s), texture_exists.append(z), buffer_absent.append(w)
+        allowed, _ = writable(graph, tensor)
+        # Even with no texture reader, writing a texture can pay: under a
+        # "primary" sync rule it lets the kernel read its input as one.
+        if Storage.TEXTURE not in allowed:
+            energy.unary(s, 0, INFINITE)
+        if Storage.BUFFER not in allowed:
+            energy.unary(s, INFINITE, 0)
+        price = cost.units(tensor.nbytes + launch)
+        energy.forbid(s, z, 1, 0)  # written as a texture: a texture version exists
+        energy.forbid(s, w, 0, 1)  # written as a buffer: a buffer version exists
+        energy.pairwise(s, z, 0, price, 0, 0)  # buffer written, texture needed: a copy
+        energy.pairwise(s, w, 0, 0, price, 0)  # texture written, buffer needed: a copy
+
+    groups: dict[tuple, int] = {}
+    group_of: dict[tuple[int, int], int] = {}  # (tensor, demand position) -> group variable
+    for tensor in graph.tensors:
+        for position, demand in enumerate(consumers.demands[tensor.index]):
+            sync = graph.calls[demand.call].support.sync_rules() if demand.call is not None else ()
+            key = (demand.call, "inputs") if "inputs" in sync else (demand.call, demand.operand, tensor.index)
+            if key not in groups:
+                groups[key] = energy.variable()
+            r = groups[key]
+            group_of[(tensor.index, position)] = r
+            if Storage.TEXTURE not in demand.accepts:
+                energy.unary(r, 0, INFINITE)
+            if Storage.BUFFER not in demand.accepts:
+                energy.unary(r, INFINITE, 0)
+            energy.unary(r, cost.units(demand.gain * tensor.nbytes), 0)  # forgone saving
+            energy.forbid(r, texture_exists[tensor.index], 1, 0)
+            energy.forbid(r, buffer_absent[tensor.index], 0, 1)
+    for site in graph.calls:
+        sync = site.support.sync_rules()
+        if "primary" in sync and site.outputs and site.operands and site.operands[0] is not None:
+            key = next(k for k in groups if k[0] == site.index and (k[1] == "inputs" or k[1] == 0))
+            energy.pairwise(groups[key], written[site.outputs[0]], 0, INFINITE, INFINITE, 0)
+        if "outputs" in sync:
+            for other in site.outputs[1:]:
+                energy.pairwise(written[site.outputs[0]], written[other], 0, INFINITE, INFINITE, 0)
+
+    labels, minimum = energy.minimise()
+    if minimum >= INFINITE:
+        raise TexscopeError("the registry's sync rules admit no storage assignment",
+                            graph.function)
+    storages = [Storage.TEXTURE if labels[v] else Storage.BUFFER for v in written]
+    reads = [
+        [Storage.TEXTURE if labels[group_of[(t.index, p)]] else Storage.BUFFER
+         for p in range(len(consumers.demands[t.index]))]
+        for t in graph.tensors
+    ]
+    return storages, reads
+
+
+def _choice(tensor: Tensor, storage: Storage, demands, read, note: str, policy: str) -> ScopeChoice:
+    copied = [d.consumer for d, r in zip(demands, read) if r is not storage]
+    targets = sorted({r.value for r in read if r is not storage})
+    parts = [storage.value]
+    direct = [d.consumer for d, r in zip(demands, read) if r is storage]
     if direct:
         parts.append(f"read directly by {', '.join(direct)}")
     if copied:
         parts.append(f"copied to {', '.join(targets)} for {', '.join(copied)}")
-    if limit_note:
-        parts.append(limit_note)
-    choice = ScopeChoice(
+    if note:
+        parts.append(note)
+    if policy == "optimal" and storage is Storage.TEXTURE and copied:
+        parts.append("the texture reads save more than the copy costs")
+    return ScopeChoice(
         tensor=tensor.name,
         storage=storage,
         scope=scope_of(tensor, storage),
         copied_to=tuple(scope_of(tensor, Storage(t)) for t in targets),
         copied_for=tuple(copied),
-        copy_bytes=nbytes,
+        copy_bytes=len(targets) * tensor.nbytes,
         reason="; ".join(parts),
     )
-    reads = [storage if storage in d.accepts else d.wants for d in demands]
-    return choice, reads
 
 
-def collect_producer(consumers: ConsumerInfo) -> ProducerInfo:
+def collect_producer(consumers: ConsumerInfo, policy: str = "optimal") -> ProducerInfo:
     """Stage 3: decide every tensor's storage from the stage-2 demands.
 
     Parameters
@@ -149,24 +240,30 @@ def collect_producer(consumers: ConsumerInfo) -> ProducerInfo:
     consumers : ConsumerInfo
         The result of :func:`texscope.collect_consumer.collect_consumer`,
         which carries the module's function and target it was made from.
+    policy : str
+        ``"optimal"`` or ``"local"`` (see the module docstring).
 
     Returns
     -------
     ProducerInfo
     """
+    if policy not in POLICIES:
+        raise TexscopeError(f"unknown policy {policy!r}; use one of {POLICIES}")
     graph = consumers.graph
-    producer_sets = {}
-    for site in graph.calls:
-        for field, tensor in enumerate(site.outputs):
-            producer_sets[tensor] = site.support.output(field)
+    if policy == "local":
+        synced = next((site for site in graph.calls if site.support.sync_rules()), None)
+        if synced is not None:
+            raise TexscopeError(
+                f"the local policy cannot honour the sync rules of {synced.support.name}; "
+                "use policy='optimal'", graph.function, synced.name)
+    storages, reads_per_tensor = (_optimal if policy == "optimal" else _local)(consumers)
     reads: list[list[str | None]] = [[None] * len(site.operands) for site in graph.calls]
     choices = []
-    for tensor in graph.tensors:
+    for tensor, storage, read in zip(graph.tensors, storages, reads_per_tensor):
         demands = consumers.demands[tensor.index]
-        allowed, note = _writable(graph, tensor, producer_sets)
-        choice, read_storages = decide(tensor, allowed, demands, note)
-        choices.append(choice)
-        for demand, storage in zip(demands, read_storages):
+        _, note = writable(graph, tensor)
+        choices.append(_choice(tensor, storage, demands, read, note, policy))
+        for demand, r in zip(demands, read):
             if demand.call is not None:
-                reads[demand.call][demand.operand] = scope_of(tensor, storage)
-    return ProducerInfo(consumers, tuple(choices), tuple(tuple(r) for r in reads))
+                reads[demand.call][demand.operand] = scope_of(tensor, r)
+    return ProducerInfo(consumers, tuple(choices), tuple(tuple(r) for r in reads), policy)

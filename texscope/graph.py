@@ -113,6 +113,7 @@ class FunctionGraph:
     params_are_buffers: bool
     params: tuple[object, ...] = ()
     constants: dict = attrs.field(factory=dict, eq=False)
+    texture: TextureTarget | None = attrs.field(default=None, eq=False)
 
     def tensor(self, name: str) -> Tensor:
         """The tensor held by a variable (``"lv3[1]"`` for a tuple field)."""
@@ -238,6 +239,7 @@ class _Builder:
             params_are_buffers=self.params_are_buffers,
             params=tuple(params),
             constants=dict(self.constant_of),
+            texture=self.texture,
         )
 
 

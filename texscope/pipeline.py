@@ -30,12 +30,14 @@ def annotated_functions(mod: tvm.IRModule) -> list[relax.GlobalVar]:
     )
 
 
-def plan_module(mod: tvm.IRModule, texture: TextureTarget) -> dict[str, ProducerInfo]:
+def plan_module(mod: tvm.IRModule, texture: TextureTarget,
+                policy: str = "optimal") -> dict[str, ProducerInfo]:
     """Run stages 2 and 3 on every annotated function."""
     callees = called_functions(mod)
     return {
         gvar.name_hint: collect_producer(
-            collect_consumer(mod, gvar, texture, params_are_buffers=gvar.name_hint in callees)
+            collect_consumer(mod, gvar, texture, params_are_buffers=gvar.name_hint in callees),
+            policy,
         )
         for gvar in annotated_functions(mod)
     }
@@ -75,7 +77,7 @@ def _checked(mod: tvm.IRModule, stage: str, texture: TextureTarget, invariants: 
     return mod
 
 
-def AnnotateTextureScope(target, check: bool = False) -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+def AnnotateTextureScope(target, check: bool = False, policy: str = "optimal") -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """Stages 2-5: choose and realize a memory scope for every tensor.
 
     A drop-in replacement for
@@ -90,6 +92,9 @@ def AnnotateTextureScope(target, check: bool = False) -> tvm.ir.transform.Pass: 
         Check well-formedness after every internal stage and
         :func:`texscope.verify.check_invariants` at the end; a failure is a
         TexscopeError.  Off by default, on in the tests.
+    policy : str
+        How stage 3 decides: ``"optimal"`` (the whole graph, exactly, by
+        min-cut) or ``"local"`` (each tensor alone).
 
     Returns
     -------
@@ -99,13 +104,13 @@ def AnnotateTextureScope(target, check: bool = False) -> tvm.ir.transform.Pass: 
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.AnnotateTextureScope")
     def annotate(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return annotate_module(mod, texture, check)[0]
+        return annotate_module(mod, texture, check, policy)[0]
 
     return annotate
 
 
 def annotate_module(
-    mod: tvm.IRModule, texture: TextureTarget, check: bool = False
+    mod: tvm.IRModule, texture: TextureTarget, check: bool = False, policy: str = "optimal"
 ) -> tuple[tvm.IRModule, dict[str, ProducerInfo]]:
     """Stages 2-5 on a module; returns it annotated and the plans behind it.
 
@@ -122,7 +127,7 @@ def annotate_module(
         mod = LegalizeKeepingAttrs()(mod)
     if check:
         _checked(mod, "legalization", texture, invariants=False)
-    plans = plan_module(mod, texture)
+    plans = plan_module(mod, texture, policy)
     mod = define_vdevice(mod, plans, texture)
     if check:
         _checked(mod, "define_vdevice", texture, invariants=False)
@@ -132,12 +137,13 @@ def annotate_module(
     return mod, plans
 
 
-def texture_scope_pipeline(target, check: bool = False) -> tvm.transform.Sequential:
+def texture_scope_pipeline(target, check: bool = False,
+                           policy: str = "optimal") -> tvm.transform.Sequential:
     """Stage 1 then stages 2-5, for a build script to splice in.
 
-    ``check`` is passed to :func:`AnnotateTextureScope`.
+    ``check`` and ``policy`` are passed to :func:`AnnotateTextureScope`.
     """
     return tvm.transform.Sequential(
-        [ConvertToPackedLayout(target), AnnotateTextureScope(target, check=check)],
+        [ConvertToPackedLayout(target), AnnotateTextureScope(target, check=check, policy=policy)],
         name="texscope.texture_scope_pipeline",
     )

@@ -182,6 +182,16 @@ class OpSupport:
         The call attributes holding its layouts, in ``desired_layouts``
         order: a call not packed keeps these explicitly (ConvertLayout would
         otherwise push its input's packed layout into it).
+    texture_gain : float
+        What a texture read saves, as a fraction of the tensor's bytes (an
+        estimate: the planner weighs it against the bytes a copy moves).
+    sync : frozenset of str, optional
+        Which of the kernel's tensors must share one storage: ``"inputs"``
+        (all tensor inputs), ``"outputs"`` (all outputs), ``"primary"`` (the
+        first input and the first output).  None infers them from the
+        declaration as ExecuTorch's OpRepSet does: one input set means all
+        inputs agree, one output set that all outputs agree, and equal first
+        input and output sets that the primary input and output agree.
     keep_unlegalized : bool
         Stage 1 leaves the operator a Relax call (its legalization comes later
         in the build, and its type inference honours a VDevice in
@@ -204,8 +214,23 @@ class OpSupport:
     desired_layouts: tuple[str, ...] | None = None
     pack_when: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     layout_attrs: tuple[str, ...] = ()
+    texture_gain: float = 0.0
+    sync: frozenset | None = None
     keep_unlegalized: bool = False
     note: str = ""
+
+    def sync_rules(self) -> frozenset:
+        """The sync rules, stated or inferred."""
+        if self.sync is not None:
+            return frozenset(self.sync)
+        rules = set()
+        if len(self.inputs) == 1:
+            rules.add("inputs")
+        if len(self.outputs) == 1:
+            rules.add("outputs")
+        if self.inputs and self.outputs and self.inputs[0] == self.outputs[0]:
+            rules.add("primary")
+        return frozenset(rules)
 
     def input(self, operand: int) -> frozenset:
         return self.inputs[min(operand, len(self.inputs) - 1)]
@@ -214,11 +239,16 @@ class OpSupport:
         return self.outputs[min(field, len(self.outputs) - 1)]
 
 
+# TVM lowers each buffer of a TIR kernel in its own scope, so TVM's kernels
+# need no sync between operands (ExecuTorch's Vulkan shaders do).
+NO_SYNC = frozenset()
+
 OPAQUE = OpSupport(
     name="opaque",
     key=PatternKey(PATTERN_OPAQUE),
     inputs=(BUFFER,),
     outputs=(BUFFER,),
+    sync=NO_SYNC,
     note="no texture kernel is known for it: buffers only",
 )
 
@@ -233,6 +263,8 @@ BUILTIN: tuple[OpSupport, ...] = (
         # depthwise convs: those stay NCHW and read buffers.
         pack_when={"groups": "1"},
         layout_attrs=("data_layout", "kernel_layout", "out_layout"),
+        texture_gain=1.0,
+        sync=NO_SYNC,
         keep_unlegalized=True,
         note="the Adreno NCHW4c kernel reads its data through the texture cache; "
         "weights stay buffers for now",
@@ -242,6 +274,7 @@ BUILTIN: tuple[OpSupport, ...] = (
         key=OpKey("relax.layout_transform"),
         inputs=(BUFFER,),
         outputs=(ANY,),
+        sync=NO_SYNC,
         note="packs channels into whole texels on write; reads a buffer",
     ),
     *(
@@ -250,6 +283,8 @@ BUILTIN: tuple[OpSupport, ...] = (
             key=OpKey(op, {"layout": "NCHW4c"}),
             inputs=(ANY,),
             outputs=(ANY,),
+            texture_gain=0.5,
+            sync=NO_SYNC,
             note="the Adreno Pool2D schedule reads packed texels, or a buffer as well",
         )
         for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -259,6 +294,8 @@ BUILTIN: tuple[OpSupport, ...] = (
         key=OpKey("relax.nn.layer_norm"),
         inputs=(ANY, BUFFER),
         outputs=(ANY,),
+        texture_gain=0.25,
+        sync=NO_SYNC,
         note="reads the packed activation either way; gamma and beta are 1-D buffers",
     ),
     OpSupport(
@@ -266,6 +303,8 @@ BUILTIN: tuple[OpSupport, ...] = (
         key=PatternKey(PATTERN_INJECTIVE),
         inputs=(ANY,),
         outputs=(ANY,),
+        texture_gain=0.125,
+        sync=NO_SYNC,
         note="element-wise, broadcast and injective kernels index each texel directly",
     ),
     OpSupport(
@@ -273,6 +312,7 @@ BUILTIN: tuple[OpSupport, ...] = (
         key=DataMovementKey(),
         inputs=(BUFFER,),
         outputs=(ANY,),
+        sync=NO_SYNC,
         note="a layout transform legalized before texscope saw it (upstream's stage 1)",
     ),
 )
@@ -299,6 +339,7 @@ FUNCTION_CALL = OpSupport(
     key=None,
     inputs=(BUFFER,),
     outputs=(BUFFER,),
+    sync=NO_SYNC,
     note="a call between Relax functions passes buffers",
 )
 

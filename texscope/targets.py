@@ -45,6 +45,9 @@ class TexturePreset:
         Texture scopes the device's kernels support, most preferred first.
     texel_dtypes : frozenset of str
         Element types a texel may hold (RGBA float or half).
+    copy_launch_bytes : int
+        What launching one copy kernel costs, in bytes moved: the planner's
+        fixed price per copy on top of the bytes it moves.
     """
 
     name: str
@@ -52,6 +55,8 @@ class TexturePreset:
     depth_limit: int
     flavours: tuple[str, ...] = tuple(FLAVOUR_AXES)
     texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
+    # ~10 us of launch overhead at ~6 GB/s.
+    copy_launch_bytes: int = 65536
 
 
 ADRENO = TexturePreset("adreno", spatial_limit=16384, depth_limit=2048)

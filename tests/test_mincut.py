@@ -1,0 +1,60 @@
+"""The min-cut solver against brute force."""
+
+import itertools
+import random
+
+import pytest
+
+from texscope.mincut import INFINITE, BinaryEnergy
+
+
+def brute_force(n, unary, pairs):
+    return min(
+        sum(unary[i][xs[i]] for i in range(n)) + sum(t[(xs[a], xs[b])] for a, b, t in pairs)
+        for xs in itertools.product([0, 1], repeat=n)
+    )
+
+
+def random_term(rng):
+    if rng.random() < 0.3:  # a forbidden pair or an equality, as the planner makes
+        kind = rng.choice([(0, 1), (1, 0), "equal"])
+        table = {(0, 0): 0, (0, 1): 0, (1, 0): 0, (1, 1): 0}
+        for pair in ([(0, 1), (1, 0)] if kind == "equal" else [kind]):
+            table[pair] = INFINITE
+        return table
+    e01, e10 = rng.randint(0, 15), rng.randint(0, 15)
+    e00 = rng.randint(0, e01 + e10)
+    return {(0, 0): e00, (0, 1): e01, (1, 0): e10, (1, 1): rng.randint(0, e01 + e10 - e00)}
+
+
+@pytest.mark.parametrize("seed", range(400))
+def test_min_cut_finds_the_minimum(seed):
+    rng = random.Random(seed)
+    n = rng.randint(2, 7)
+    unary = [[rng.randint(0, 20), rng.randint(0, 20)] for _ in range(n)]
+    energy = BinaryEnergy()
+    for i in range(n):
+        energy.variable()
+        energy.unary(i, *unary[i])
+    pairs = []
+    for _ in range(rng.randint(0, 10)):
+        a, b = rng.sample(range(n), 2)
+        table = random_term(rng)
+        pairs.append((a, b, table))
+        energy.pairwise(a, b, table[(0, 0)], table[(0, 1)], table[(1, 0)], table[(1, 1)])
+    labels, minimum = energy.minimise()
+    best = brute_force(n, unary, pairs)
+    achieved = sum(unary[i][labels[i]] for i in range(n)) + sum(
+        t[(labels[a], labels[b])] for a, b, t in pairs
+    )
+    if best >= INFINITE:
+        assert minimum >= INFINITE
+    else:
+        assert minimum == best == achieved
+
+
+def test_a_term_that_is_not_submodular_is_refused():
+    energy = BinaryEnergy()
+    x, y = energy.variable(), energy.variable()
+    with pytest.raises(ValueError, match="not submodular"):
+        energy.pairwise(x, y, 5, 0, 0, 5)
