@@ -1,13 +1,17 @@
 """texscope against TVM's C++ AnnotateCustomMemoryScope, same input, one process.
 
 Both annotate the same stage-1 output (upstream's own texture prefix of the
-Adreno legalize passes), then both outputs go through the same usual
-legalize/fuse passes.  Printed per network:
+Adreno legalize passes), then the same usual legalize/fuse/fold passes run.
+Printed per network, for upstream, texscope ``local`` and texscope ``optimal``:
 
-- copies: ``to_vdevice`` calls left in main after those passes;
-- tex args: call_tir tensor arguments read from a texture, after fusion;
-- conv tex: conv2d data inputs read from a texture, right after annotation;
-- time: annotation alone, median of 3, and texscope's time over upstream's.
+- copies and KiB copied: ``to_vdevice`` left in main after those passes;
+- cost: ``texscope.plan_cost`` of the annotated module (16-byte units: bytes
+  copied plus a launch price per copy, minus what texture reads save);
+- conv tex: conv2d data inputs read from a texture;
+- time: annotation alone, median of 3, and its ratio to upstream's.
+
+A plot of annotation time against graph size is saved next to this file
+(``compare_upstream.png``) when matplotlib is installed.
 
 Run: ``python bench/compare_upstream.py [network ...]``
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import tvm
 from tvm import relax
@@ -25,7 +30,8 @@ import texscope
 from texscope import upstream, zoo
 
 TARGET = tvm.target.Target("qcom/adreno-opencl-texture")
-DEFAULT_NETWORKS = ("resnet", "chain64", "chain256")
+DEFAULT_NETWORKS = ("resnet", "mobilenet_v2", "unet", "inception", "chain64", "chain256",
+                    "chain1024")
 
 
 def main_calls(mod):
@@ -50,34 +56,75 @@ def measure(annotate, stage1):
     conv_tex = sum(
         is_texture(call.args[0]) for call in main_calls(annotated) if call.op.name == "relax.nn.conv2d"
     )
-    lowered = upstream.after_annotation()(annotated)
-    copies = sum(call.op.name == "relax.to_vdevice" for call in main_calls(lowered))
-    tex_args = sum(
-        is_texture(arg)
-        for call in main_calls(lowered) if call.op.name == "relax.call_tir"
-        for arg in call.args[1].fields
-    )
-    return copies, tex_args, conv_tex, statistics.median(times)
+    plan = texscope.plan_cost(annotated, TARGET)
+    with TARGET:
+        lowered = upstream.after_annotation()(annotated)
+    left = texscope.plan_cost(lowered, TARGET)
+    return {"copies": left.copies, "kib": left.copy_bytes / 1024, "cost": plan.units,
+            "conv_tex": conv_tex, "seconds": statistics.median(times)}
 
 
 def run(names):
-    theirs = upstream.annotate(TARGET)
-    ours = texscope.AnnotateTextureScope(TARGET)
-    header = (f"{'network':<10} {'convs':>5} | {'copies':>13} | {'tex args':>13} | "
-              f"{'conv tex':>13} | {'upstream ms':>11} {'texscope ms':>11} {'ratio':>6}")
+    tools = {
+        "upstream": upstream.annotate(TARGET),
+        "local": texscope.AnnotateTextureScope(TARGET, policy="local"),
+        "optimal": texscope.AnnotateTextureScope(TARGET, policy="optimal"),
+    }
+    header = (f"{'network':<12} {'calls':>6} {'tool':<9} {'copies':>6} {'KiB':>8} {'cost':>9} "
+              f"{'conv tex':>8} {'ms':>8} {'ratio':>6}")
     print(header)
     print("-" * len(header))
+    sizes, times = [], {tool: [] for tool in tools}
     for name in names:
+        mod = zoo.NETWORKS[name]()
         with TARGET:
-            stage1 = upstream.stage1()(zoo.NETWORKS[name]())
-            convs = sum(c.op.name == "relax.nn.conv2d" for c in main_calls(stage1))
-            up = measure(theirs, stage1)
-            ts = measure(ours, stage1)
-        print(f"{name:<10} {convs:>5} | {up[0]:>5} -> {ts[0]:>5} | {up[1]:>5} -> {ts[1]:>5} | "
-              f"{up[2]:>5} -> {ts[2]:>5} | {up[3] * 1e3:>11.1f} {ts[3] * 1e3:>11.1f} "
-              f"{ts[3] / up[3]:>6.2f}")
-    print("\ncolumns: upstream -> texscope; copies = to_vdevice left in main after "
-          "legalize/fuse/fold; time = annotation alone, median of 3")
+            stage1 = upstream.stage1()(mod)
+        try:
+            results = {tool: measure(fn, stage1) for tool, fn in tools.items()}
+        except tvm.error.InternalError:
+            # Upstream's stage 1 packs depthwise convs, which TVM's Adreno conv
+            # legalization then divides by zero on: use texscope's stage 1.
+            stage1 = texscope.ConvertToPackedLayout(TARGET)(mod)
+            name += "*"
+            results = {tool: measure(fn, stage1) for tool, fn in tools.items()}
+        calls = sum(1 for _ in main_calls(stage1))
+        base = results["upstream"]["seconds"]
+        for tool, r in results.items():
+            print(f"{name:<12} {calls:>6} {tool:<9} {r['copies']:>6} {r['kib']:>8.1f} "
+                  f"{r['cost']:>9} {r['conv_tex']:>8} {r['seconds'] * 1e3:>8.1f} "
+                  f"{r['seconds'] / base:>6.2f}")
+            times[tool].append(r["seconds"])
+        sizes.append(calls)
+    print("\n*: upstream's stage 1 crashes the build on depthwise convs; both annotate "
+          "texscope's stage-1 output instead.")
+    print("Exhaustive optimum: these graphs are too large to enumerate; tests/test_planner.py "
+          "checks the optimal planner against exhaustive search on random graphs.")
+    _plot(sizes, times)
+
+
+def _plot(sizes, times):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(pip install matplotlib for the plot)")
+        return
+    order = sorted(range(len(sizes)), key=sizes.__getitem__)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for tool, values in times.items():
+        ax.plot([sizes[i] for i in order], [values[i] * 1e3 for i in order], marker="o", label=tool)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("calls in main after stage 1")
+    ax.set_ylabel("annotation time (ms)")
+    ax.set_title("Scope annotation time against graph size")
+    ax.legend()
+    out = Path(__file__).with_suffix(".png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"plot: {out}")
 
 
 if __name__ == "__main__":

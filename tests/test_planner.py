@@ -26,7 +26,7 @@ def exhaustive(consumers):
     for tensor in graph.tensors:
         for position, demand in enumerate(consumers.demands[tensor.index]):
             sync = graph.calls[demand.call].support.sync_rules() if demand.call is not None else ()
-            key = (demand.call, "inputs") if "inputs" in sync else (demand.call, demand.operand, tensor.index)
+            key = (demand.call, "inputs") if "inputs" in sync else (demand.call, demand.operand)
             groups.setdefault(key, set(demand.accepts))
             groups[key] &= demand.accepts
             members.append((tensor.index, position, key))
@@ -54,7 +54,7 @@ def _synced(graph, storages, label):
         if "outputs" in sync and len({storages[t] for t in site.outputs}) > 1:
             return False
         if "primary" in sync and site.outputs and site.operands and site.operands[0] is not None:
-            key = (site.index, "inputs") if "inputs" in sync else (site.index, 0, site.operands[0])
+            key = (site.index, "inputs") if "inputs" in sync else (site.index, 0)
             if label[key] is not storages[site.outputs[0]]:
                 return False
     return True

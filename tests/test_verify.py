@@ -8,7 +8,7 @@ import tvm
 import texscope
 from conftest import ADRENO, TINY, run_pass
 from modules import annotated, rules
-from texscope import upstream
+from texscope import registry, upstream
 from texscope.verify import check_invariants, equivalent, strip_scopes
 
 MODULES = ["ConvRelu", "Residual", "Concat", "MaxPool", "Reductions", "Conflict",
@@ -37,7 +37,7 @@ def test_a_texture_over_the_limits_is_a_violation():
     assert violation.binding == "lv" and "exceeds the limits" in violation.message
 
 
-def test_a_kernel_writing_a_texture_it_cannot_is_a_violation():
+def test_a_kernel_reading_a_texture_it_cannot_is_a_violation():
     mod = annotated.TextureAlsoReadDirectly
     gvar = mod.get_global_var("relu")
     broken = tvm.IRModule(
@@ -45,8 +45,18 @@ def test_a_kernel_writing_a_texture_it_cannot_is_a_violation():
         global_infos=mod.global_infos,
     )
     found = {(v.binding, v.message) for v in check_invariants(broken, ADRENO)}
-    assert ("t", "opaque cannot write a texture (output 0)") in found
     assert ("u", "opaque cannot read a texture (operand 0)") in found
+
+
+def test_a_kernel_writing_a_texture_it_cannot_is_a_violation(monkeypatch):
+    buffer_writer = texscope.OpSupport(
+        name="buffer_writer", key=registry.PatternKey(0), inputs=(registry.ANY,),
+        outputs=(registry.BUFFER,),
+    )
+    monkeypatch.setattr(registry, "_user_entries", [buffer_writer])
+    found = {(v.binding, v.message)
+             for v in check_invariants(annotated.TextureAlsoReadDirectly, ADRENO)}
+    assert ("t", "buffer_writer cannot write a texture (output 0)") in found
 
 
 def test_an_unlisted_vdevice_is_a_violation():

@@ -1,5 +1,6 @@
 """texscope: texture or buffer, for every tensor of a TVM Relax model on mobile GPUs."""
 
+from . import examples, zoo
 from .build import BuildResult, build, get_default_pipeline
 from .collect_consumer import ConsumerInfo, Demand, collect_consumer
 from .collect_producer import ProducerInfo, ScopeChoice, collect_producer

@@ -111,8 +111,7 @@ def writable(graph: FunctionGraph, tensor: Tensor) -> tuple[frozenset, str]:
     if tensor.fit.scope is None:
         return BUFFER, f"buffer: {tensor.fit.reason}"
     if tensor.origin == "call":
-        site, field = next((s, f) for s in graph.calls for f, t in enumerate(s.outputs)
-                           if t == tensor.index)
+        site, field = graph.producer(tensor.index)
         allowed = site.support.output(field)
         if Storage.TEXTURE not in allowed:
             return allowed, "its producer's kernel writes only buffers"
@@ -174,7 +173,7 @@ def _optimal(consumers: ConsumerInfo):
     for tensor in graph.tensors:
         for position, demand in enumerate(consumers.demands[tensor.index]):
             sync = graph.calls[demand.call].support.sync_rules() if demand.call is not None else ()
-            key = (demand.call, "inputs") if "inputs" in sync else (demand.call, demand.operand, tensor.index)
+            key = (demand.call, "inputs") if "inputs" in sync else (demand.call, demand.operand)
             if key not in groups:
                 groups[key] = energy.variable()
             r = groups[key]
@@ -189,7 +188,7 @@ def _optimal(consumers: ConsumerInfo):
     for site in graph.calls:
         sync = site.support.sync_rules()
         if "primary" in sync and site.outputs and site.operands and site.operands[0] is not None:
-            key = next(k for k in groups if k[0] == site.index and (k[1] == "inputs" or k[1] == 0))
+            key = (site.index, "inputs") if "inputs" in sync else (site.index, 0)
             energy.pairwise(groups[key], written[site.outputs[0]], 0, INFINITE, INFINITE, 0)
         if "outputs" in sync:
             for other in site.outputs[1:]:

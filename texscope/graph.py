@@ -114,6 +114,11 @@ class FunctionGraph:
     params: tuple[object, ...] = ()
     constants: dict = attrs.field(factory=dict, eq=False)
     texture: TextureTarget | None = attrs.field(default=None, eq=False)
+    producers: dict = attrs.field(factory=dict, eq=False)
+
+    def producer(self, tensor: int) -> tuple[CallSite, int]:
+        """The call writing a tensor, and which of its outputs it is."""
+        return self.producers[tensor]
 
     def tensor(self, name: str) -> Tensor:
         """The tensor held by a variable (``"lv3[1]"`` for a tuple field)."""
@@ -240,6 +245,7 @@ class _Builder:
             params=tuple(params),
             constants=dict(self.constant_of),
             texture=self.texture,
+            producers={t: (site, field) for site in self.calls for field, t in enumerate(site.outputs)},
         )
 
 

@@ -1,12 +1,15 @@
-"""Example networks, built with the BlockBuilder, small enough for a CPU.
+"""Example networks for texture scoping, built with the BlockBuilder.
 
-Every builder returns an IRModule whose ``main`` takes the input first, then
-the weights (created as the network is emitted), NCHW float32.
+Every builder returns an IRModule whose ``main`` has one dataflow block and
+takes the input first, then the weights in the order the network reads them.
+All tensors are float32 and NCHW; at the default sizes each compiles and
+runs on a CPU in about a second.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tvm
@@ -16,72 +19,99 @@ from tvm.relax import op as O
 from . import examples
 
 
+def _dims(expr: relax.Expr) -> list[int]:
+    return [int(d) for d in expr.ty.shape.values]
+
+
 class _Net:
-    def __init__(self, bb: relax.BlockBuilder, shape):
+    """Emits the layers of one network and collects its parameters."""
+
+    def __init__(self, bb: relax.BlockBuilder, input_shape: Sequence[int]):
         self.bb = bb
-        self.params = [relax.Var("x", relax.TensorType(shape, "float32"))]
+        self.params = [relax.Var("x", relax.TensorType(input_shape, "float32"))]
 
     @property
     def x(self) -> relax.Var:
         return self.params[0]
 
-    def emit(self, expr) -> relax.Var:
+    def emit(self, expr: relax.Expr) -> relax.Var:
         return self.bb.emit(expr)
 
-    def param(self, name: str, shape) -> relax.Var:
+    def param(self, name: str, shape: Sequence[int]) -> relax.Var:
         var = relax.Var(name, relax.TensorType(shape, "float32"))
         self.params.append(var)
         return var
 
     def conv(self, h, name, out_channels, kernel=3, stride=1, groups=1) -> relax.Var:
-        in_channels = int(h.ty.shape.values[1])
+        """Same-padding conv2d with a new OIHW weight parameter."""
+        in_channels = _dims(h)[1]
         w = self.param(name, (out_channels, in_channels // groups, kernel, kernel))
         return self.emit(O.nn.conv2d(h, w, strides=stride, padding=kernel // 2, groups=groups))
 
     def batch_norm(self, h, name) -> relax.Var:
-        channels = int(h.ty.shape.values[1])
+        """Inference batch norm over channels, its statistics as 1-D parameters."""
+        channels = _dims(h)[1]
         gamma, beta, mean, var = (
             self.param(f"{name}_{p}", (channels,)) for p in ("gamma", "beta", "mean", "var")
         )
         return self.emit(O.nn.batch_norm(h, gamma, beta, mean, var, axis=1)[0])
 
     def dense(self, h, name, classes) -> relax.Var:
-        features = int(h.ty.shape.values[1])
+        """``h @ w`` with a new (features, classes) weight parameter."""
+        features = _dims(h)[1]
         return self.emit(O.matmul(h, self.param(name, (features, classes))))
 
 
-def _network(input_shape, body: Callable[[_Net], relax.Expr]) -> tvm.IRModule:
+def _network(input_shape: Sequence[int], body: Callable[[_Net], relax.Expr]) -> tvm.IRModule:
     bb = relax.BlockBuilder()
     net = _Net(bb, input_shape)
     with bb.function("main"):
         with bb.dataflow():
             out = bb.emit_output(body(net))
         bb.emit_func_output(out, params=net.params)
-    return bb.get()
+    # The last layer was emitted before it was known to be the output: fold
+    # the ``gv = lv`` alias that emit_output added.
+    return relax.transform.CanonicalizeBindings()(bb.get())
 
 
-def resnet_style(blocks: int = 4, channels: int = 32, image: int = 56, batch: int = 1):
-    """A ResNet-style stack: stem, residual basic blocks with batch norm, head.
+def _relu6(h: relax.Expr) -> relax.Expr:
+    return O.clip(h, 0.0, 6.0)
+
+
+def resnet_style(
+    blocks: int = 4, channels: int = 32, image: int = 56, batch: int = 1
+) -> tvm.IRModule:
+    """A ResNet-style classifier with batch norm.
+
+    A stride-2 3x3 stem conv, batch norm, relu and a stride-2 max pool; then
+    basic blocks (conv-bn-relu-conv-bn, skip add, relu); then a mean over H
+    and W and a dense layer to 10 classes.
 
     Parameters
     ----------
     blocks : int
-        Residual basic blocks (conv-bn-relu-conv-bn, skip add, relu).
+        Number of residual basic blocks.
     channels : int
-        Channels after the stem.
+        Channels of the stem output and of every block.
     image : int
         Input height and width.
     batch : int
         Batch size.
+
+    Returns
+    -------
+    tvm.IRModule
+        ``main(x: (batch, 3, image, image), weights...) -> (batch, 10)``.
     """
 
-    def body(net):
-        h = net.conv(net.x, "stem", channels, kernel=3, stride=2)
+    def body(net: _Net) -> relax.Expr:
+        h = net.conv(net.x, "stem", channels, stride=2)
         h = net.emit(O.nn.relu(net.batch_norm(h, "stem_bn")))
         h = net.emit(O.nn.max_pool2d(h, pool_size=3, strides=2, padding=1))
         for i in range(blocks):
             skip = h
-            h = net.emit(O.nn.relu(net.batch_norm(net.conv(h, f"b{i}_conv1", channels), f"b{i}_bn1")))
+            h = net.batch_norm(net.conv(h, f"b{i}_conv1", channels), f"b{i}_bn1")
+            h = net.emit(O.nn.relu(h))
             h = net.batch_norm(net.conv(h, f"b{i}_conv2", channels), f"b{i}_bn2")
             h = net.emit(O.nn.relu(O.add(h, skip)))
         pooled = net.emit(O.mean(h, axis=[2, 3]))
@@ -90,10 +120,31 @@ def resnet_style(blocks: int = 4, channels: int = 32, image: int = 56, batch: in
     return _network((batch, 3, image, image), body)
 
 
-def conv_chain(length: int = 64, channels: int = 32, image: int = 28, residual_every: int = 4):
-    """``length`` 3x3 conv + relu, with a residual add every ``residual_every`` convs."""
+def conv_chain(
+    length: int = 64, channels: int = 32, image: int = 28, residual_every: int = 4
+) -> tvm.IRModule:
+    """A long chain of 3x3 same-padding conv2d + relu with periodic residual adds.
 
-    def body(net):
+    Parameters
+    ----------
+    length : int
+        Number of convs; 1024 still builds in about a second.
+    channels : int
+        Channels of the input and of every conv.
+    image : int
+        Input height and width.
+    residual_every : int
+        After every this many convs, the chain adds the tensor it had at the
+        previous add (or the input).
+
+    Returns
+    -------
+    tvm.IRModule
+        ``main(x: (1, channels, image, image), w0, ..., w{length-1})``, same
+        shape out as in.
+    """
+
+    def body(net: _Net) -> relax.Expr:
         h = skip = net.x
         for i in range(length):
             h = net.emit(O.nn.relu(net.conv(h, f"w{i}", channels)))
@@ -104,31 +155,69 @@ def conv_chain(length: int = 64, channels: int = 32, image: int = 28, residual_e
     return _network((1, channels, image, image), body)
 
 
-def mobilenet_v2_style(blocks: int = 3, channels: int = 16, image: int = 56):
-    """MobileNetV2-style inverted residuals: 1x1 expand + relu6, 3x3 depthwise
-    + relu6, 1x1 project, skip add; adaptive average pool and a dense head."""
+def mobilenet_v2_style(blocks: int = 3, channels: int = 16, image: int = 56) -> tvm.IRModule:
+    """A MobileNetV2-style classifier of inverted residual blocks.
 
-    def relu6(h):
-        return O.clip(h, 0.0, 6.0)
+    A stride-2 stem conv + relu6, then blocks of a 1x1 expand (x4) + relu6, a
+    3x3 depthwise conv + relu6 and a linear 1x1 project; then an adaptive
+    average pool to 1x1 and a dense layer to 10 classes.  As in MobileNetV2
+    the first block downsamples, so only the later blocks, whose input and
+    output shapes match, add a skip.
 
-    def body(net):
-        h = net.emit(relu6(net.conv(net.x, "stem", channels, stride=2)))
+    Parameters
+    ----------
+    blocks : int
+        Number of inverted residual blocks.
+    channels : int
+        Channels between blocks; the expanded ones have four times as many.
+    image : int
+        Input height and width.
+
+    Returns
+    -------
+    tvm.IRModule
+        ``main(x: (1, 3, image, image), weights...) -> (1, 10)``.
+    """
+    expanded = channels * 4
+
+    def body(net: _Net) -> relax.Expr:
+        h = net.emit(_relu6(net.conv(net.x, "stem", channels, stride=2)))
         for i in range(blocks):
-            skip = h
-            e = net.emit(relu6(net.conv(h, f"b{i}_expand", channels * 4, kernel=1)))
-            d = net.emit(relu6(net.conv(e, f"b{i}_dw", channels * 4, groups=channels * 4)))
-            h = net.emit(O.add(net.conv(d, f"b{i}_project", channels, kernel=1), skip))
+            stride = 2 if i == 0 else 1
+            e = net.emit(_relu6(net.conv(h, f"b{i}_expand", expanded, kernel=1)))
+            d = net.emit(_relu6(net.conv(e, f"b{i}_dw", expanded, stride=stride, groups=expanded)))
+            p = net.conv(d, f"b{i}_project", channels, kernel=1)
+            h = net.emit(O.add(p, h)) if _dims(p) == _dims(h) else p
         pooled = net.emit(O.nn.adaptive_avg_pool2d(h, output_size=(1, 1)))
         return net.dense(net.emit(O.reshape(pooled, (1, channels))), "fc", 10)
 
     return _network((1, 3, image, image), body)
 
 
-def unet_style(depth: int = 2, channels: int = 16, image: int = 64):
-    """A small U-Net: conv encoders with average-pool downsampling, nearest
-    upsampling, concatenation with the skip along channels, conv decoders."""
+def unet_style(depth: int = 2, channels: int = 16, image: int = 64) -> tvm.IRModule:
+    """A small U-Net.
 
-    def body(net):
+    Each encoder level average-pools by 2 and convs; each decoder level
+    upsamples by 2 (nearest), concatenates the encoder tensor of the same size
+    along channels and convs.  A 1x1 conv gives 4 output channels.
+
+    Parameters
+    ----------
+    depth : int
+        Number of downsampling (and upsampling) levels; ``image`` must be
+        divisible by ``2 ** depth``.
+    channels : int
+        Channels of every conv but the last.
+    image : int
+        Input height and width.
+
+    Returns
+    -------
+    tvm.IRModule
+        ``main(x: (1, 3, image, image), weights...) -> (1, 4, image, image)``.
+    """
+
+    def body(net: _Net) -> relax.Expr:
         h = net.emit(O.nn.relu(net.conv(net.x, "in", channels)))
         skips = []
         for i in range(depth):
@@ -136,26 +225,43 @@ def unet_style(depth: int = 2, channels: int = 16, image: int = 64):
             h = net.emit(O.nn.avg_pool2d(h, pool_size=2, strides=2))
             h = net.emit(O.nn.relu(net.conv(h, f"down{i}", channels)))
         for i, skip in enumerate(reversed(skips)):
-            size = [int(d) for d in skip.ty.shape.values[2:]]
-            up = net.emit(O.image.resize2d(h, size, method="nearest_neighbor"))
+            up = net.emit(O.image.resize2d(h, _dims(skip)[2:], method="nearest_neighbor"))
             h = net.emit(O.concat([up, skip], axis=1))
             h = net.emit(O.nn.relu(net.conv(h, f"up{i}", channels)))
         return net.conv(h, "out", 4, kernel=1)
 
-    return _network((1, 4, image, image), body)
+    return _network((1, 3, image, image), body)
 
 
-def inception_block(channels: int = 32, image: int = 28):
-    """One tensor read four ways: by a conv, a max pool, a channel softmax and a split."""
+def inception_block(channels: int = 32, image: int = 28) -> tvm.IRModule:
+    """One conv output read four ways: a conv, a max pool, a softmax and a split.
 
-    def body(net):
-        t = net.emit(O.nn.relu(net.conv(net.x, "stem", channels)))
-        a = net.conv(t, "branch", channels)
-        b = net.emit(O.nn.max_pool2d(t, pool_size=3, strides=1, padding=1))
-        c = net.emit(O.nn.softmax(t, axis=1))
-        halves = net.emit(O.split(t, 2, axis=1))
-        d = net.emit(O.concat([relax.TupleGetItem(halves, 1), relax.TupleGetItem(halves, 0)], axis=1))
-        return net.emit(relax.Tuple([a, b, c, d]))
+    The consumers read the shared tensor in different ways (sliding windows,
+    a reduction over channels, a channel slice): the fan-out case a scoping
+    pass has to settle.
+
+    Parameters
+    ----------
+    channels : int
+        Channels of the input and of the shared tensor; must be even.
+    image : int
+        Input height and width.
+
+    Returns
+    -------
+    tvm.IRModule
+        ``main(x: (1, channels, image, image), stem, branch)`` returning the
+        tuple (conv, max pool, softmax, sum of the two split halves).
+    """
+
+    def body(net: _Net) -> relax.Expr:
+        shared = net.conv(net.x, "stem", channels)
+        conv = net.conv(shared, "branch", channels)
+        pool = net.emit(O.nn.max_pool2d(shared, pool_size=3, strides=1, padding=1))
+        softmax = net.emit(O.nn.softmax(shared, axis=1))
+        halves = net.emit(O.split(shared, 2, axis=1))
+        halves_sum = net.emit(O.add(halves[0], halves[1]))
+        return relax.Tuple([conv, pool, softmax, halves_sum])
 
     return _network((1, channels, image, image), body)
 
@@ -173,9 +279,35 @@ NETWORKS: dict[str, Callable[[], tvm.IRModule]] = {
 
 
 def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
-    """Random float32 arrays for main's parameters."""
+    """Random float32 arrays for ``main``'s parameters that keep outputs finite.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module whose ``main`` takes only tensors of static shape.
+    seed : int
+        Seed of the random generator.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        The input uniform in [-1, 1).  1-D parameters (batch norm statistics)
+        uniform in [0.5, 1.5), so variances are positive.  Weights uniform with
+        variance 1 / fan-in, the fan-in being all axes but the first of an OIHW
+        conv weight and the first of a 2-D (features, classes) dense weight, so
+        that a 1024-conv chain neither overflows nor vanishes.
+    """
     rng = np.random.default_rng(seed)
-    return [
-        rng.uniform(-1, 1, [int(d) for d in p.ty.shape.values]).astype("float32")
-        for p in mod["main"].params
-    ]
+    arrays = []
+    for i, param in enumerate(mod["main"].params):
+        shape = _dims(param)
+        if i == 0:
+            low, high = -1.0, 1.0
+        elif len(shape) == 1:
+            low, high = 0.5, 1.5
+        else:
+            fan_in = shape[0] if len(shape) == 2 else math.prod(shape[1:])
+            high = math.sqrt(3.0 / fan_in)
+            low = -high
+        arrays.append(rng.uniform(low, high, shape).astype("float32"))
+    return arrays
