@@ -160,6 +160,8 @@ class _Builder:
         # Var -> tensor index, or a tuple (nested) of those for tuple values.
         self.value_of: dict[relax.Var, object] = {}
         self.constant_of: dict[Constant, int] = {}
+        # A call_tir's entry depends on its PrimFunc only.
+        self.support_of_callee: dict[relax.GlobalVar, OpSupport] = {}
 
     def new_tensor(self, name: str, origin: str, ty: relax.TensorType) -> int:
         shape = static_shape(ty)
@@ -203,7 +205,13 @@ class _Builder:
 
     def add_call(self, var: relax.Var, call: relax.Call) -> None:
         name = var.name
-        support = registry.support_for(call, self.mod)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+            callee = call.args[0]
+            if callee not in self.support_of_callee:
+                self.support_of_callee[callee] = registry.support_for(call, self.mod)
+            support = self.support_of_callee[callee]
+        else:
+            support = registry.support_for(call, self.mod)
         operands = []
         for arg in dps_inputs(call):
             value = self.resolve(arg, name)
