@@ -204,3 +204,24 @@ def test_an_unknown_kernel_reads_and_writes_buffers():
 def test_a_module_without_relax_functions_is_refused():
     with pytest.raises(texscope.TexscopeError, match="no Relax function"):
         texscope.AnnotateTextureScope(ADRENO)(tvm.IRModule({}))
+
+
+def test_a_private_relax_callee_is_inlined_and_annotated():
+    annotate = tvm.transform.Sequential(
+        [LegalizeKeepingAttrs(), texscope.AnnotateTextureScope(ADRENO, check=True)]
+    )
+    with ADRENO:
+        out = run_pass(annotate, rules.TwoFunctions)
+    assert [g.name_hint for g in out.functions if isinstance(out[g], relax.Function)] == ["main"]
+    # Inlining repeats the name gv: look at the bindings in order.
+    found = [(b.var.name, str(b.var.ty.vdevice.memory_scope))
+             for b in out["main"].body.blocks[0].bindings]
+    # The relu, the inlined conv and relu write textures; the pool a buffer.
+    assert found == [("a", TW), ("c", TW), ("gv", TW), ("gv", G)]
+    assert copies(out) == []
+
+
+def test_a_call_into_a_public_relax_function_is_refused_naming_it():
+    with pytest.raises(texscope.TexscopeError, match="make it private") as err:
+        texscope.texture_scope_pipeline(ADRENO)(rules.PublicCallee)
+    assert (err.value.function, err.value.binding) == ("main", "b")

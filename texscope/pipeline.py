@@ -43,6 +43,21 @@ def plan_module(mod: tvm.IRModule, texture: TextureTarget,
     }
 
 
+def _check_no_calls_between_functions(mod: tvm.IRModule) -> None:
+    for gvar in annotated_functions(mod):
+        for block in mod[gvar].body.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) \
+                        and isinstance(mod[value.op], relax.Function):
+                    raise TexscopeError(
+                        f"calls the public Relax function {value.op.name_hint!r}; texscope "
+                        "annotates calls into private functions by inlining them: make it private",
+                        gvar.name_hint,
+                        binding.var.name,
+                    )
+
+
 def _check_not_annotated(mod: tvm.IRModule) -> None:
     for gvar in annotated_functions(mod):
         for block in mod[gvar].body.blocks:
@@ -121,6 +136,10 @@ def annotate_module(
     if not annotated_functions(mod):
         raise TexscopeError("the module has no Relax function to annotate")
     _check_not_annotated(mod)
+    # A call's type comes from its callee's GlobalVar, which cannot be retyped
+    # without changing the caller's module: private callees are inlined.
+    mod = relax.transform.InlinePrivateFunctions()(mod)
+    _check_no_calls_between_functions(mod)
     # Input from upstream's stage 1 still has Relax pools; their type
     # inference would ignore the VDevice in ty_args.
     with texture.target:

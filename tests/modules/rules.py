@@ -280,3 +280,46 @@ class UnknownOp:
             gv = R.nn.relu(e)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class TwoFunctions:
+    """main calls a private Relax function: both are annotated, the call passes buffers."""
+
+    @R.function(private=True)
+    def block(x: R.Tensor((1, 2, 16, 16, 4), "float32"), w: R.Tensor((2, 8, 3, 3, 4), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1), data_layout="NCHW4c", kernel_layout="OIHW4o",
+                            out_layout="NCHW4c")
+            gv = R.nn.relu(c)
+            R.output(gv)
+        return gv
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 16, 16, 4), "float32"), w: R.Tensor((2, 8, 3, 3, 4), "float32")):
+        cls = TwoFunctions
+        with R.dataflow():
+            a = R.nn.relu(x)
+            b = cls.block(a, w)
+            gv = R.nn.max_pool2d(b, pool_size=(2, 2), strides=(2, 2), layout="NCHW4c")
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class PublicCallee:
+    @R.function
+    def block(x: R.Tensor((1, 2, 16, 16, 4), "float32")):
+        with R.dataflow():
+            gv = R.nn.relu(x)
+            R.output(gv)
+        return gv
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 16, 16, 4), "float32")):
+        cls = PublicCallee
+        with R.dataflow():
+            b = cls.block(x)
+            gv = R.add(b, b)
+            R.output(gv)
+        return gv
