@@ -84,8 +84,8 @@ def _adreno_tir_triple():
 compilation_pipeline.register_tir_pipeline(TIR_PIPELINE, _adreno_tir_triple)
 
 
-def optimize_passes(target: tvm.target.Target) -> list:
-    """After annotation: legalize, fuse, fold copies, specialize, schedule."""
+def fuse_passes() -> list:
+    """After annotation: the remaining legalization, then fusion (as upstream)."""
     return [
         # The default legalization leaves NCHW4c convs to the Adreno one.
         relax.transform.LegalizeOps(),
@@ -95,6 +95,13 @@ def optimize_passes(target: tvm.target.Target) -> list:
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
+    ]
+
+
+def optimize_passes(target: tvm.target.Target) -> list:
+    """After annotation: legalize, fuse, fold copies, specialize, schedule."""
+    return [
+        *fuse_passes(),
         FoldTextureCopies(),
         relax.transform.DeadCodeElimination(),
         relax.transform.SpecializePrimFuncBasedOnCallSite(),

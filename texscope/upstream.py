@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 
 UPSTREAM_SKIP_OPS = ["relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"]
 
@@ -33,15 +32,10 @@ def annotate(target: tvm.target.Target) -> tvm.ir.transform.Pass:
 
 def after_annotation() -> tvm.transform.Sequential:
     """Upstream's passes after annotation, up to and with copy folding."""
+    from .build import fuse_passes  # build imports the Adreno TIR modules: load it late
+
     return tvm.transform.Sequential([
-        # The default legalization leaves NCHW4c convs to the Adreno one.
-        relax.transform.LegalizeOps(),
-        relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_adreno.conv2d_NCHWc_OIHWo}),
-        relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-        relax.transform.DeadCodeElimination(),
+        *fuse_passes(),
         relax.backend.adreno.transform.FoldVDeviceScopeChange(),
         relax.transform.DeadCodeElimination(),
     ])
