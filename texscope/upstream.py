@@ -10,6 +10,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .build import fuse_passes
+
 UPSTREAM_SKIP_OPS = ["relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"]
 
 
@@ -32,8 +34,6 @@ def annotate(target: tvm.target.Target) -> tvm.ir.transform.Pass:
 
 def after_annotation() -> tvm.transform.Sequential:
     """Upstream's passes after annotation, up to and with copy folding."""
-    from .build import fuse_passes  # build imports the Adreno TIR modules: load it late
-
     return tvm.transform.Sequential([
         *fuse_passes(),
         relax.backend.adreno.transform.FoldVDeviceScopeChange(),
