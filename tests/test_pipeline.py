@@ -225,3 +225,14 @@ def test_a_call_into_a_public_relax_function_is_refused_naming_it():
     with pytest.raises(texscope.TexscopeError, match="make it private") as err:
         texscope.texture_scope_pipeline(ADRENO)(rules.PublicCallee)
     assert (err.value.function, err.value.binding) == ("main", "b")
+
+
+def test_an_rgb_stem_is_padded_and_reads_texture():
+    before = texscope.zoo.resnet_style(blocks=1, image=16)
+    out = pipeline(before)
+    convs = [b.value for b in out["main"].body.blocks[0].bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
+    assert all("texture" in str(c.args[0].ty.vdevice.memory_scope) for c in convs)
+    from texscope.verify import equivalent
+
+    assert equivalent(before, out).ok

@@ -1,7 +1,9 @@
 """Stage 1: packed 5-D layouts, then legalization that keeps operator attributes.
 
-ConvertLayout packs activations as NCHW4c and conv2d weights as OIHW4o (the
-layouts come from the registry); pools follow their input.  Operators the
+Convs whose channel counts are not multiples of 4 get zero channels first
+(:mod:`texscope.pad_channels`); ConvertLayout then packs activations as NCHW4c
+and conv2d weights as OIHW4o (the layouts come from the registry); pools
+follow their input.  Operators the
 registry keeps stay Relax calls.  Operators whose decisions need their
 attributes are legalized with the operator and those attributes recorded on
 the PrimFunc as a printable ``texscope_op`` dict (Relax type inference of those
@@ -17,6 +19,7 @@ from tvm import relax
 
 from . import registry
 from .graph import require_shapes
+from .pad_channels import PadChannels
 from .targets import texture_target
 
 
@@ -113,6 +116,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
         passes = tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),
+                PadChannels(),
                 relax.transform.ConvertLayout({}, registry.desired_layouts),
                 relax.transform.Normalize(),
                 relax.transform.FoldConstant(),

@@ -247,11 +247,12 @@ OPAQUE = OpSupport(
     name="opaque",
     key=PatternKey(PATTERN_OPAQUE),
     inputs=(BUFFER,),
-    # TVM's texture lowering turns any kernel's store into write_imagef (the
-    # kernels compile on PoCL); reads stay buffers, as in upstream's rule.
-    outputs=(ANY,),
+    # A texel store takes 4 lanes; a generic schedule stores scalars. (TVM
+    # 0.27 without texscope's store fix compiles such stores as broadcasts:
+    # wrong values.)
+    outputs=(BUFFER,),
     sync=NO_SYNC,
-    note="no texture kernel reads for it: reads buffers, writes either",
+    note="no texture kernel is known for it: buffers only",
 )
 
 BUILTIN: tuple[OpSupport, ...] = (
@@ -284,10 +285,12 @@ BUILTIN: tuple[OpSupport, ...] = (
             name=f"{op.rsplit('.', 1)[1]}_nchw4c",
             key=OpKey(op, {"layout": "NCHW4c"}),
             inputs=(ANY,),
-            outputs=(ANY,),
+            # Its schedule stores scalars, and a texel store takes 4 lanes.
+            outputs=(BUFFER,),
             texture_gain=0.5,
             sync=NO_SYNC,
-            note="the Adreno Pool2D schedule reads packed texels, or a buffer as well",
+            note="the Adreno Pool2D schedule reads packed texels (or a buffer); "
+            "it writes scalars, so a buffer",
         )
         for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
     ),
