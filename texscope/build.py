@@ -32,12 +32,12 @@ import attrs
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm import s_tir
 from tvm.s_tir import dlight
 from tvm.s_tir.backend.adreno import pipeline as adreno_tir
 from tvm.tirx import compilation_pipeline
 
+from . import legalize as packed_conv
 from .cleanup import FoldTextureCopies
 from .convert_layout import ConvertToPackedLayout
 from .errors import TexscopeError
@@ -87,9 +87,9 @@ compilation_pipeline.register_tir_pipeline(TIR_PIPELINE, _adreno_tir_triple)
 def fuse_passes() -> list:
     """After annotation: the remaining legalization, then fusion (as upstream)."""
     return [
-        # The default legalization leaves NCHW4c convs to the Adreno one.
+        # The default legalization leaves packed convs to texscope's (any groups).
         relax.transform.LegalizeOps(),
-        relax.transform.LegalizeOps({"relax.nn.conv2d": legalize_adreno.conv2d_NCHWc_OIHWo}),
+        relax.transform.LegalizeOps(packed_conv.LEGALIZE),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

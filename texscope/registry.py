@@ -262,9 +262,6 @@ BUILTIN: tuple[OpSupport, ...] = (
         inputs=(TEXTURE, BUFFER),
         outputs=(ANY,),
         desired_layouts=("NCHW4c", "OIHW4o", "NCHW4c"),
-        # TVM's Adreno NCHW4c legalization divides by zero on grouped and
-        # depthwise convs: those stay NCHW and read buffers.
-        pack_when={"groups": "1"},
         layout_attrs=("data_layout", "kernel_layout", "out_layout"),
         texture_gain=1.0,
         sync=NO_SYNC,

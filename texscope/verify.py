@@ -12,8 +12,8 @@ import attrs
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 
+from . import legalize as packed_conv
 from . import registry
 from .graph import DPS_OPS, dps_inputs
 from .pipeline import annotated_functions
@@ -195,12 +195,10 @@ class Comparison:
 
 def _run_on_cpu(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:
     with tvm.target.Target("llvm"):
-        # The default legalization leaves packed convs to the Adreno compute,
+        # The default legalization leaves packed convs to texscope's compute,
         # which is target-independent.
         mod = relax.transform.LegalizeOps()(mod)
-        mod = relax.transform.LegalizeOps(
-            {"relax.nn.conv2d": legalize_adreno.conv2d_NCHWc_OIHWo}
-        )(mod)
+        mod = relax.transform.LegalizeOps(packed_conv.LEGALIZE)(mod)
     executable = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(executable, tvm.cpu())
     result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])

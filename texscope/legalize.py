@@ -1,0 +1,61 @@
+"""Legalization of packed (NCHW4c / OIHW4o) conv2d for any number of groups.
+
+TVM's Adreno legalization computes ``occ // (oc_chunk // groups)`` to find an
+output channel's group; for a depthwise conv ``oc_chunk < groups`` and that is a
+division by zero.  Here each output channel's input channels are indexed
+directly.  Ungrouped convs keep TVM's own compute.
+"""
+
+from __future__ import annotations
+
+from tvm import relax, te, topi
+from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
+from tvm.topi.nn.utils import get_pad_tuple
+from tvm.topi.utils import get_const_tuple
+
+
+def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype):
+    """TE compute of a grouped conv2d, data NCHW[x]c, kernel OIHW[x]o."""
+    stride_h, stride_w = strides
+    dilation_h, dilation_w = dilation
+    batch, _, in_h, in_w, lanes = get_const_tuple(data.shape)
+    out_chunks, in_per_group, kernel_h, kernel_w, out_lanes = get_const_tuple(kernel.shape)
+    out_per_group = out_chunks * out_lanes // groups
+    top, left, bottom, right = get_pad_tuple(
+        padding, ((kernel_h - 1) * dilation_h + 1, (kernel_w - 1) * dilation_w + 1)
+    )
+    out_h = (in_h + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (in_w + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    if top or left or bottom or right:
+        data = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0),
+                           name="conv2d_data_pad")
+    ic = te.reduce_axis((0, in_per_group), name="ic")
+    kh = te.reduce_axis((0, kernel_h), name="kh")
+    kw = te.reduce_axis((0, kernel_w), name="kw")
+
+    def compute(n, oc_chunk, y, x, oc_lane):
+        channel = (oc_chunk * out_lanes + oc_lane) // out_per_group * in_per_group + ic
+        return te.sum(
+            data[n, channel // lanes, y * stride_h + kh * dilation_h,
+                 x * stride_w + kw * dilation_w, channel % lanes].astype(out_dtype)
+            * kernel[oc_chunk, ic, kh, kw, oc_lane].astype(out_dtype),
+            axis=[ic, kh, kw],
+        )
+
+    return te.compute((batch, out_chunks, out_h, out_w, out_lanes), compute,
+                      name="conv2d_NCHWc_OIHWo", tag="conv2d_NCHWc_OIHWo")
+
+
+def conv2d_nchwc(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Legalize a packed conv2d; TVM's Adreno compute when ungrouped."""
+    if int(call.attrs.groups) == 1:
+        return legalize_adreno.conv2d_NCHWc_OIHWo(bb, call)
+    return bb.call_te(
+        grouped_conv2d_nchwc, call.args[0], call.args[1],
+        [int(s) for s in call.attrs.strides], [int(p) for p in call.attrs.padding],
+        [int(d) for d in call.attrs.dilation], int(call.attrs.groups), str(call.ty.dtype),
+        primfunc_name_hint="conv2d_NCHWc_OIHWo",
+    )
+
+
+LEGALIZE = {"relax.nn.conv2d": conv2d_nchwc}
