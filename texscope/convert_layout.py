@@ -18,6 +18,7 @@ import tvm_ffi
 from tvm import relax
 
 from . import registry
+from .errors import TexscopeError
 from .graph import require_shapes
 from .pad_channels import PadChannels
 from .targets import texture_target
@@ -124,6 +125,13 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
             ]
         )
         with texture.target:
-            return passes(mod)
+            try:
+                return passes(mod)
+            except tvm.error.InternalError as err:
+                raise TexscopeError(
+                    "packing layouts failed inside TVM; an operator whose layout cannot "
+                    "follow NCHW4c needs a registry entry with its layout_attrs: "
+                    + str(err).splitlines()[-1]
+                ) from None
 
     return convert

@@ -270,6 +270,16 @@ BUILTIN: tuple[OpSupport, ...] = (
         "weights stay buffers for now",
     ),
     OpSupport(
+        name="conv2d_transpose",
+        key=OpKey("relax.nn.conv2d_transpose"),
+        inputs=(BUFFER,),
+        outputs=(BUFFER,),
+        # ConvertLayout would push a packed input layout into it and fail.
+        layout_attrs=("data_layout", "kernel_layout", "out_layout"),
+        sync=NO_SYNC,
+        note="no packed kernel: stays NCHW and reads buffers",
+    ),
+    OpSupport(
         name="layout_transform",
         key=OpKey("relax.layout_transform"),
         inputs=(BUFFER,),
@@ -376,11 +386,14 @@ def recorded_attrs() -> dict[str, list[str]]:
 
 
 def desired_layouts(call: relax.Call) -> dict[str, list[str]]:
-    """ConvertLayout's desired layouts for one call (its ``layout_cb``)."""
+    """ConvertLayout's desired layouts for one call (its ``layout_cb``): the
+    entry's packed layouts, or the call's own when it is not to be packed."""
     for e in _op_entries():
-        if not e.desired_layouts or call.op.name != e.key.op:
+        if call.op.name != e.key.op or not (e.desired_layouts or e.layout_attrs):
             continue
-        if all(str(_get(call.attrs, k)) == v for k, v in e.pack_when.items()):
+        if e.desired_layouts and all(
+            str(_get(call.attrs, k)) == v for k, v in e.pack_when.items()
+        ):
             return {e.key.op: list(e.desired_layouts)}
         return {e.key.op: [str(_get(call.attrs, a)) for a in e.layout_attrs]}
     return {}
