@@ -83,6 +83,22 @@ def cmd_demo(args) -> None:
     _build(zoo.resnet_style(blocks=2), "adreno-opencl", out, None)
 
 
+def cmd_explain(args) -> None:
+    from .explain import explain, graph_svg
+    from .pipeline import annotate_module
+    from .report import Report
+    from .targets import texture_target
+    from .convert_layout import ConvertToPackedLayout
+
+    texture = texture_target(args.target)
+    packed = ConvertToPackedLayout(texture.target)(load_model(args.model, args.module))
+    _, plans = annotate_module(packed, texture)
+    report = Report.from_plans(args.target, plans)
+    print(explain(report, args.tensor))
+    if args.svg:
+        print(f"graph: {graph_svg(report, args.svg)}")
+
+
 def cmd_ops(_args) -> None:
     rows = [("entry", "matches", "inputs", "outputs", "why")]
     for entry in registry.entries():
@@ -113,6 +129,13 @@ def main(argv=None) -> int:
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory (default: a new temporary one)")
     p.set_defaults(run=cmd_demo)
+    p = commands.add_parser("explain", help="why every tensor went where it went")
+    p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
+    p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
+    p.add_argument("--module", help="which IRModule of the file (default: the only one)")
+    p.add_argument("--tensor", help="only this tensor and its neighbours")
+    p.add_argument("--svg", help="also draw the graph into this SVG file (needs Graphviz)")
+    p.set_defaults(run=cmd_explain)
     p = commands.add_parser("ops", help="print the operator registry")
     p.set_defaults(run=cmd_ops)
     args = parser.parse_args(argv)

@@ -147,7 +147,12 @@ def annotate_module(
     if check:
         _checked(mod, "legalization", texture, invariants=False)
     plans = plan_module(mod, texture, policy)
-    mod = define_vdevice(mod, plans, texture)
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.DefineVDevice")
+    def define(module: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return define_vdevice(module, plans, texture)
+
+    mod = define(mod)
     if check:
         _checked(mod, "define_vdevice", texture, invariants=False)
     mod = Cleanup()(mod).with_attr(ANNOTATED_ATTR, str(texture.target.kind.name))

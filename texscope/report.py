@@ -34,6 +34,17 @@ class CopyRow:
 
 
 @attrs.frozen
+class EdgeRow:
+    """A kernel reading ``source`` to write ``target``; ``copied`` when it reads a copy."""
+
+    function: str
+    source: str
+    target: str
+    kernel: str
+    copied: bool
+
+
+@attrs.frozen
 class Report:
     """Per tensor: shape, dtype, scope and reason; the copies planned; totals.
 
@@ -45,11 +56,21 @@ class Report:
     tensors: tuple[TensorRow, ...]
     copies: tuple[CopyRow, ...]
     build: dict = attrs.field(factory=dict)
+    edges: tuple[EdgeRow, ...] = ()
 
     @classmethod
     def from_plans(cls, target: str, plans: dict[str, ProducerInfo], build=None) -> "Report":
-        tensors, copies = [], []
+        tensors, copies, edges = [], [], []
         for function, plan in sorted(plans.items()):
+            graph = plan.graph
+            for site in graph.calls:
+                for operand, source in enumerate(site.operands):
+                    if source is None:
+                        continue
+                    copied = plan.reads[site.index][operand] != plan.choices[source].scope
+                    for target in site.outputs:
+                        edges.append(EdgeRow(function, graph.tensors[source].name,
+                                             graph.tensors[target].name, site.support.name, copied))
             for tensor, choice, demands in zip(plan.graph.tensors, plan.choices,
                                                plan.consumers.demands):
                 tensors.append(TensorRow(
@@ -61,7 +82,7 @@ class Report:
                 for destination in choice.copied_to:
                     copies.append(CopyRow(function, tensor.name, choice.scope, destination,
                                           tensor.nbytes, choice.copied_for))
-        return cls(target, tuple(tensors), tuple(copies), dict(build or {}))
+        return cls(target, tuple(tensors), tuple(copies), dict(build or {}), tuple(edges))
 
     def counts(self) -> dict[str, int]:
         """Tensors per memory scope."""

@@ -1,0 +1,65 @@
+"""Explaining decisions: the table, the picture, the stage dumps."""
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import tvm
+
+import texscope
+from conftest import ADRENO
+from modules import rules
+from texscope.cli import main
+from texscope.explain import DumpStages, explain, graph_svg
+from texscope.pipeline import annotate_module
+from texscope.report import Report
+
+RULES = str(Path(__file__).parent / "modules" / "rules.py")
+
+
+def conflict_report():
+    packed = texscope.ConvertToPackedLayout(ADRENO)(rules.Conflict)
+    _, plans = annotate_module(packed, texscope.texture_target(ADRENO))
+    return Report.from_plans("adreno-opencl", plans)
+
+
+def test_the_table_gives_every_tensor_its_scope_and_reason():
+    text = explain(conflict_report())
+    assert "copied to buffer for m, s" in text
+    assert "c_global" not in text  # copies are listed as copies, not tensors
+    assert "copies: 1\n  c: global.texture-weight -> global, 8192 bytes, for m, s" in text
+
+
+def test_one_tensor_and_its_neighbours():
+    text = explain(conflict_report(), tensor="c")
+    names = {line.split()[0] for line in text.splitlines()[1:] if line and not line.startswith(("copies", " ", "tensors"))}
+    assert names == {"c", "lv", "lv1", "p", "m", "s"}
+
+
+def test_the_svg_has_one_node_per_tensor_and_marks_the_copy(tmp_path):
+    report = conflict_report()
+    svg = graph_svg(report, tmp_path / "graph.svg")
+    root = ET.parse(svg).getroot()
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    nodes = root.findall(".//svg:g[@class='node']", ns)
+    assert len(nodes) == len(report.tensors)
+    assert b'stroke="red"' in svg.read_bytes()
+
+
+def test_the_explain_command(tmp_path, capsys):
+    assert main(["explain", RULES, "--module", "Conflict", "--tensor", "c",
+                 "--svg", str(tmp_path / "g.svg")]) == 0
+    assert "read directly by p" in capsys.readouterr().out
+    assert (tmp_path / "g.svg").read_text().startswith("<?xml")
+
+
+def test_dump_stages_writes_each_stage(tmp_path):
+    with tvm.transform.PassContext(instruments=[DumpStages(tmp_path)]):
+        texscope.texture_scope_pipeline(ADRENO)(rules.ConvRelu)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    # Nested passes come before the pass that runs them.
+    assert names == ["01_PadChannels.py", "02_LegalizeKeepingAttrs.py",
+                     "03_ConvertToPackedLayout.py", "04_LegalizeKeepingAttrs.py",
+                     "05_DefineVDevice.py", "06_FoldTextureCopies.py", "07_Cleanup.py",
+                     "08_AnnotateTextureScope.py", "09_texture_scope_pipeline.py"]
+    assert "R.hint_on_device" in (tmp_path / "05_DefineVDevice.py").read_text()
+    assert "R.hint_on_device" not in (tmp_path / "07_Cleanup.py").read_text()
