@@ -113,6 +113,6 @@ class _Builder:
         return bb.get()
 
 
-def build(recipe) -> "tvm.IRModule":
+def build(recipe):
     """The Relax module a recipe describes."""
     return _Builder(recipe).build()

@@ -16,7 +16,8 @@ def test_build_a_tvmscript_file(tmp_path, capsys):
     assert main(["build", RULES, "--module", "Residual", "-o", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "tensors: " in printed and "convert_layout" in printed and "codegen" in printed
-    assert {p.name for p in tmp_path.iterdir()} == {"kernels.cl", "model.so", "report.json", "report.md"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "kernels.cl", "model.so", "report.html", "report.json", "report.md", "report.svg"}
 
 
 def conv_relu_onnx(path):

@@ -2,7 +2,6 @@
 when a packed conv's output feeds it (Adreno OpenCL)."""
 
 import pytest
-import tvm
 from tvm import relax
 from tvm.relax import op as O
 

@@ -63,3 +63,30 @@ def test_dump_stages_writes_each_stage(tmp_path):
                      "08_AnnotateTextureScope.py", "09_texture_scope_pipeline.py"]
     assert "R.hint_on_device" in (tmp_path / "05_DefineVDevice.py").read_text()
     assert "R.hint_on_device" not in (tmp_path / "07_Cleanup.py").read_text()
+
+
+def test_the_report_page_opens_in_a_real_browser(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    result = texscope.build(rules.Conflict, "adreno-opencl")
+    page_path = result.export(tmp_path / "out") / "report.html"
+    errors = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+        )
+        page = browser.new_page()
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
+        page.goto(page_path.as_uri())
+        summary = page.inner_text("#summary")
+        nodes = page.locator("#graph svg g.node").count()
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        browser.close()
+    assert errors == []
+    assert "in texture" in summary and "planned copies\t1" in summary
+    assert "target\tadreno-opencl" in summary
+    assert nodes == len(result.report.tensors)
+    assert (tmp_path / "report.png").stat().st_size > 0

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 from hypothesis import assume, event, given, settings
-from hypothesis import strategies as st
+
 
 import texscope
 from conftest import ADRENO, run_pass

@@ -1,7 +1,6 @@
 """The op registry: which entry describes which call, and user entries."""
 
 import pytest
-import tvm
 from tvm import relax
 
 import texscope

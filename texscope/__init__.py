@@ -13,6 +13,8 @@ from .registry import OpKey, OpSupport, PatternKey, Storage, register_op
 from .targets import TextureTarget, texture_target
 
 __all__ = [
+    "examples",
+    "zoo",
     "BuildResult",
     "build",
     "get_default_pipeline",

@@ -40,7 +40,7 @@ from tvm.tirx import compilation_pipeline
 from . import legalize as packed_conv
 from .cleanup import FoldTextureCopies
 from .convert_layout import ConvertToPackedLayout
-from .errors import TexscopeError
+from .explain import report_html
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
 from .targets import texture_target
@@ -171,7 +171,8 @@ class BuildResult:
     module: tvm.IRModule = attrs.field(repr=False)
 
     def export(self, directory) -> Path:
-        """Write model.so, kernels.cl, report.json and report.md into ``directory``."""
+        """Write model.so, kernels.cl, report.json, report.md and report.html
+        (with graph.svg when Graphviz is installed) into ``directory``."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         if self.executable is not None:
@@ -186,6 +187,7 @@ class BuildResult:
         (out / "kernels.cl").write_text(self.opencl_source)
         (out / "report.json").write_text(self.report.to_json())
         (out / "report.md").write_text(self.report.to_markdown())
+        report_html(self.report, out / "report.html")
         return out
 
 
@@ -273,5 +275,6 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
         figures["codegen"] = (f"skipped: this TVM build has no {texture.kind} code generator "
                               f"(target.build.{texture.kind}); the annotation is complete")
     figures["build_s"] = round(sum(v for k, v in figures.items() if k.endswith("_s")), 3)
-    report = Report.from_plans(str(texture.target.export().get("tag") or texture.kind), plans, figures)
+    label = target if isinstance(target, str) else str(texture.target)
+    report = Report.from_plans(label, plans, figures)
     return BuildResult(executable, source, report, optimized)

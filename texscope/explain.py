@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import shutil
 from pathlib import Path
 
@@ -23,17 +24,18 @@ def explain(report: Report, tensor: str | None = None) -> str:
     """A table per tensor (and its neighbours, with ``tensor``), the copies, totals."""
     rows = list(report.tensors)
     if tensor is not None:
-        near = {tensor}
-        for edge in report.edges:
-            if tensor in (edge.source, edge.target):
-                near |= {edge.source, edge.target}
-        rows = [r for r in rows if r.name in near]
-        if not rows:
+        chosen = {(r.function, r.index) for r in rows if r.name == tensor}
+        if not chosen:
             raise TexscopeError(f"no tensor named {tensor!r} in the report")
-    producers = {e.target: e.kernel for e in report.edges}
+        near = set(chosen)
+        for e in report.edges:
+            if (e.function, e.source) in chosen or (e.function, e.target) in chosen:
+                near |= {(e.function, e.source), (e.function, e.target)}
+        rows = [r for r in rows if (r.function, r.index) in near]
+    producers = {(e.function, e.target): e.kernel for e in report.edges}
     header = ("tensor", "producer", "shape", "bytes", "scope", "reason", "consumers")
     table = [header] + [
-        (r.name, producers.get(r.name, r.origin), "x".join(map(str, r.shape)) if r.shape else "?",
+        (r.name, producers.get((r.function, r.index), r.origin), "x".join(map(str, r.shape)) if r.shape else "?",
          str(r.nbytes), r.scope, r.reason, "; ".join(r.consumers))
         for r in rows
     ]
@@ -57,20 +59,50 @@ def graph_svg(report: Report, path) -> Path:
     import graphviz  # a maintained binding; only needed for pictures
 
     dot = graphviz.Digraph(graph_attr={"rankdir": "TB"}, node_attr={"style": "filled"})
-    kernels = {e.target: e.kernel for e in report.edges}
+    kernels = {(e.function, e.target): e.kernel for e in report.edges}
     for function in sorted({r.function for r in report.tensors}):
         with dot.subgraph(name=f"cluster_{function}") as cluster:
             cluster.attr(label=function)
             for row in (r for r in report.tensors if r.function == function):
-                shape = "diamond" if kernels.get(row.name, "").startswith("layout_transform") \
+                kernel = kernels.get((function, row.index), "")
+                shape = "diamond" if kernel.startswith("layout_transform") \
                     else ("box" if row.origin == "param" else "ellipse")
-                cluster.node(f"{function}/{row.name}", f"{row.name}\n{row.scope}", shape=shape,
+                cluster.node(f"{function}/{row.index}", f"{row.name}\n{row.scope}", shape=shape,
                              fillcolor=COLOURS.get(row.scope, "#ffffff"))
     for edge in report.edges:
         style = {"color": "red", "style": "dashed", "label": "copy"} if edge.copied else {}
         dot.edge(f"{edge.function}/{edge.source}", f"{edge.function}/{edge.target}", **style)
     out = Path(path)
     out.write_bytes(dot.pipe(format="svg"))
+    return out
+
+
+def report_html(report: Report, path) -> Path:
+    """One self-contained page: the summary, the table, and the graph when
+    Graphviz is there to draw it."""
+    picture = "<p>(install Graphviz to see the graph: apt-get install graphviz)</p>"
+    if shutil.which("dot") is not None:
+        svg = graph_svg(report, Path(path).with_suffix(".svg"))
+        picture = svg.read_text().split("?>", 1)[-1]
+    summary = "".join(f"<tr><th>{k.replace('_', ' ')}</th><td>{v}</td></tr>"
+                      for k, v in report.summary().items())
+    rows = "".join(
+        f"<tr><td>{r.function}</td><td>{r.name}</td><td>{'x'.join(map(str, r.shape or ()))}</td>"
+        f"<td>{r.nbytes}</td><td class='scope' style='background:{COLOURS.get(r.scope, '#fff')}'>"
+        f"{r.scope}</td><td>{html.escape(r.reason)}</td></tr>"
+        for r in report.tensors
+    )
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>texscope report</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 6px;text-align:left;font-size:13px}}</style></head>
+<body><h1>texscope report</h1>
+<h2>Summary</h2><table id="summary">{summary}</table>
+<h2>Graph</h2><div id="graph">{picture}</div>
+<h2>Tensors</h2><table id="tensors"><tr><th>function</th><th>tensor</th><th>shape</th>
+<th>bytes</th><th>scope</th><th>reason</th></tr>{rows}</table></body></html>"""
+    out = Path(path)
+    out.write_text(page)
     return out
 
 

@@ -13,6 +13,7 @@ from .collect_producer import ProducerInfo
 @attrs.frozen
 class TensorRow:
     function: str
+    index: int  # names need not be unique in Relax; indices are
     name: str
     origin: str
     shape: tuple | None
@@ -35,11 +36,12 @@ class CopyRow:
 
 @attrs.frozen
 class EdgeRow:
-    """A kernel reading ``source`` to write ``target``; ``copied`` when it reads a copy."""
+    """A kernel reading tensor ``source`` to write tensor ``target`` (indices
+    into the function's tensors); ``copied`` when it reads a copy."""
 
     function: str
-    source: str
-    target: str
+    source: int
+    target: int
     kernel: str
     copied: bool
 
@@ -68,13 +70,12 @@ class Report:
                     if source is None:
                         continue
                     copied = plan.reads[site.index][operand] != plan.choices[source].scope
-                    for target in site.outputs:
-                        edges.append(EdgeRow(function, graph.tensors[source].name,
-                                             graph.tensors[target].name, site.support.name, copied))
+                    for written in site.outputs:
+                        edges.append(EdgeRow(function, source, written, site.support.name, copied))
             for tensor, choice, demands in zip(plan.graph.tensors, plan.choices,
                                                plan.consumers.demands):
                 tensors.append(TensorRow(
-                    function, tensor.name, tensor.origin, tensor.shape, tensor.dtype,
+                    function, tensor.index, tensor.name, tensor.origin, tensor.shape, tensor.dtype,
                     tensor.nbytes, choice.scope, choice.reason,
                     tuple(f"{d.consumer} ({d.entry}: {'/'.join(sorted(s.value for s in d.accepts))})"
                           for d in demands),
