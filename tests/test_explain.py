@@ -90,3 +90,14 @@ def test_the_report_page_opens_in_a_real_browser(tmp_path):
     assert "target\tadreno-opencl" in summary
     assert nodes == len(result.report.tensors)
     assert (tmp_path / "report.png").stat().st_size > 0
+
+
+def test_a_long_network_collapses_into_chains(tmp_path):
+    packed = texscope.ConvertToPackedLayout(ADRENO)(texscope.zoo.conv_chain(64))
+    _, plans = annotate_module(packed, texscope.texture_target(ADRENO))
+    report = Report.from_plans("adreno-opencl", plans)
+    svg = graph_svg(report, tmp_path / "chain.svg", max_nodes=150)
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    nodes = ET.parse(svg).getroot().findall(".//svg:g[@class='node']", ns)
+    assert len(report.tensors) > 150 and len(nodes) < len(report.tensors) // 2
+    assert "tensors, global.texture" in svg.read_text()

@@ -51,27 +51,61 @@ def explain(report: Report, tensor: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def graph_svg(report: Report, path) -> Path:
+def _chain_heads(report: Report) -> dict:
+    """Map each tensor to the first tensor of its chain: a run of tensors in one
+    scope, each read only by the kernel writing the next (which may read other
+    tensors too, such as weights)."""
+    scope = {(r.function, r.index): r.scope for r in report.tensors}
+    readers, writers = {}, {}
+    for e in report.edges:
+        readers.setdefault((e.function, e.source), set()).add((e.function, e.target))
+        writers.setdefault((e.function, e.target), set()).add((e.function, e.source))
+    head = {}
+    for node in scope:  # tensors are in binding order, so a chain's head comes first
+        source = next((s for s in sorted(writers.get(node, ()))
+                       if len(readers[s]) == 1 and scope[s] == scope[node]), None)
+        head[node] = node if source is None else head.get(source, source)
+    return head
+
+
+def graph_svg(report: Report, path, max_nodes: int = 150) -> Path:
     """Draw the dataflow with Graphviz: nodes coloured by scope, copies as red
-    dashed edges, layout transforms as diamonds, functions as clusters."""
+    dashed edges, layout transforms as diamonds, functions as clusters.
+
+    Above ``max_nodes`` tensors, chains of tensors in one scope collapse into
+    one node each, so a long network stays legible.
+    """
     if shutil.which("dot") is None:
         raise TexscopeError("Graphviz's dot is missing: apt-get install graphviz")
     import graphviz  # a maintained binding; only needed for pictures
 
-    dot = graphviz.Digraph(graph_attr={"rankdir": "TB"}, node_attr={"style": "filled"})
+    head = _chain_heads(report) if len(report.tensors) > max_nodes else \
+        {(r.function, r.index): (r.function, r.index) for r in report.tensors}
+    members: dict = {}
+    for node, first in head.items():
+        members.setdefault(first, []).append(node)
+    rows = {(r.function, r.index): r for r in report.tensors}
     kernels = {(e.function, e.target): e.kernel for e in report.edges}
+    dot = graphviz.Digraph(graph_attr={"rankdir": "TB"}, node_attr={"style": "filled"})
     for function in sorted({r.function for r in report.tensors}):
         with dot.subgraph(name=f"cluster_{function}") as cluster:
             cluster.attr(label=function)
-            for row in (r for r in report.tensors if r.function == function):
-                kernel = kernels.get((function, row.index), "")
-                shape = "diamond" if kernel.startswith("layout_transform") \
+            for first, group in members.items():
+                if first[0] != function:
+                    continue
+                row = rows[first]
+                label = f"{row.name}\n{row.scope}" if len(group) == 1 else \
+                    f"{row.name} .. {rows[group[-1]].name}\n{len(group)} tensors, {row.scope}"
+                shape = "diamond" if kernels.get(first, "").startswith("layout_transform") \
                     else ("box" if row.origin == "param" else "ellipse")
-                cluster.node(f"{function}/{row.index}", f"{row.name}\n{row.scope}", shape=shape,
+                cluster.node(f"{function}/{first[1]}", label, shape=shape,
                              fillcolor=COLOURS.get(row.scope, "#ffffff"))
     for edge in report.edges:
+        source, target = head[(edge.function, edge.source)], head[(edge.function, edge.target)]
+        if source == target:
+            continue  # inside a collapsed chain
         style = {"color": "red", "style": "dashed", "label": "copy"} if edge.copied else {}
-        dot.edge(f"{edge.function}/{edge.source}", f"{edge.function}/{edge.target}", **style)
+        dot.edge(f"{edge.function}/{source[1]}", f"{edge.function}/{target[1]}", **style)
     out = Path(path)
     out.write_bytes(dot.pipe(format="svg"))
     return out
