@@ -33,7 +33,11 @@ def annotate(target: tvm.target.Target) -> tvm.ir.transform.Pass:
 
 
 def after_annotation() -> tvm.transform.Sequential:
-    """Upstream's passes after annotation, up to and with copy folding."""
+    """Upstream's passes after annotation, up to and with copy folding.
+
+    The packed conv legalization is texscope's (TVM's divides by zero on
+    depthwise convs); it does not touch memory scopes.
+    """
     return tvm.transform.Sequential([
         *fuse_passes(),
         relax.backend.adreno.transform.FoldVDeviceScopeChange(),
