@@ -1,11 +1,14 @@
 """Shared checks: every pass leaves its input alone and returns well-formed IR."""
 
+import os
+
 import tvm
 from hypothesis import HealthCheck, settings
 from tvm import relax
 
-# The fuzzer's profiles: "ci" by default, "long" with --hypothesis-profile long.
-for _name, _examples in (("ci", 200), ("long", 5000)):
+# The fuzzer's profiles: "ci" by default, "long" with --hypothesis-profile long
+# (TEXSCOPE_FUZZ_EXAMPLES sets how long).
+for _name, _examples in (("ci", 200), ("long", int(os.environ.get("TEXSCOPE_FUZZ_EXAMPLES", 5000)))):
     settings.register_profile(
         _name, max_examples=_examples, deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
