@@ -68,3 +68,4 @@ def test_the_installed_command_runs_the_demo(tmp_path):
     done = subprocess.run(["texscope", "demo", "-o", str(tmp_path)], capture_output=True,
                           text=True, check=True)
     assert "kernels:" in done.stdout and (tmp_path / "kernels.cl").exists()
+    assert (tmp_path / "model.py").exists() and (tmp_path / "report.html").exists()

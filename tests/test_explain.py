@@ -101,3 +101,10 @@ def test_a_long_network_collapses_into_chains(tmp_path):
     nodes = ET.parse(svg).getroot().findall(".//svg:g[@class='node']", ns)
     assert len(report.tensors) > 150 and len(nodes) < len(report.tensors) // 2
     assert "tensors, global.texture" in svg.read_text()
+
+
+def test_explain_works_on_the_demo_model(tmp_path, capsys):
+    assert main(["demo", "-o", str(tmp_path)]) == 0
+    assert main(["explain", str(tmp_path / "model.py"), "--svg", str(tmp_path / "g.svg")]) == 0
+    printed = capsys.readouterr().out
+    assert "tensors per scope:" in printed and (tmp_path / "g.svg").exists()

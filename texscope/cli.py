@@ -78,9 +78,14 @@ def cmd_build(args) -> None:
 
 
 def cmd_demo(args) -> None:
-    out = args.output or tempfile.mkdtemp(prefix="texscope-demo-")
+    out = Path(args.output or tempfile.mkdtemp(prefix="texscope-demo-"))
     print("demo: a ResNet-style block (conv, batch norm, relu, max pool, residual adds, dense)")
-    _build(zoo.resnet_style(blocks=2), "adreno-opencl", out, None)
+    model = zoo.resnet_style(blocks=2)
+    _build(model, "adreno-opencl", str(out), None)
+    # The model as a file, for `texscope explain` and `texscope build`.
+    header = "from tvm.script import ir as I, relax as R, tirx as T\n\n"
+    (out / "model.py").write_text(header + model.script(show_meta=False))
+    print(f"explain it: texscope explain {out / 'model.py'} --svg graph.svg")
 
 
 def cmd_explain(args) -> None:
