@@ -121,7 +121,7 @@ def writable(graph: FunctionGraph, tensor: Tensor) -> tuple[frozenset, str]:
     return ANY, ""
 
 
-def decide(tensor: Tensor, allowed: frozenset, demands: tuple[Demand, ...], limit_note: str):
+def decide(tensor: Tensor, allowed: frozenset, demands: tuple[Demand, ...]):
     """The local rule for one tensor; returns (storage, read storage per demand)."""
     candidates = [s for s in _PREFERENCE if s in allowed]
     if not any(Storage.TEXTURE in d.accepts for d in demands):
@@ -140,8 +140,8 @@ def _local(consumers: ConsumerInfo):
     graph = consumers.graph
     storages, reads = [], []
     for tensor in graph.tensors:
-        allowed, note = writable(graph, tensor)
-        storage, read = decide(tensor, allowed, consumers.demands[tensor.index], note)
+        allowed, _ = writable(graph, tensor)
+        storage, read = decide(tensor, allowed, consumers.demands[tensor.index])
         storages.append(storage)
         reads.append(read)
     return storages, reads

@@ -29,7 +29,6 @@ class Storage(enum.Enum):
     TEXTURE = "texture"
 
 
-RepSet = frozenset  # of Storage
 ANY = frozenset({Storage.TEXTURE, Storage.BUFFER})
 TEXTURE = frozenset({Storage.TEXTURE})
 BUFFER = frozenset({Storage.BUFFER})

@@ -210,10 +210,5 @@ class VDeviceTable:
             self._by_scope[scope] = vdevice
         return vdevice
 
-    def adopt(self, existing: list[relax.VDevice]) -> None:
-        """Reuse VDevices already listed in a module."""
-        for vdevice in existing:
-            self._by_scope.setdefault(str(vdevice.memory_scope), vdevice)
-
     def listed(self) -> list[relax.VDevice]:
         return list(self._by_scope.values())
