@@ -43,6 +43,7 @@ from .convert_layout import ConvertToPackedLayout
 from .explain import report_html
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
+from .specialize import SplitPrimFuncsBySignature
 from .targets import texture_target
 
 TIR_PIPELINE = "texscope_adreno"
@@ -99,16 +100,20 @@ def fuse_passes() -> list:
 
 
 def optimize_passes(target: tvm.target.Target) -> list:
-    """After annotation: legalize, fuse, fold copies, specialize, schedule."""
+    """After annotation: legalize, fuse, fold copies, specialize (one PrimFunc
+    per storage signature first), schedule."""
     return [
         *fuse_passes(),
         FoldTextureCopies(),
         relax.transform.DeadCodeElimination(),
+        SplitPrimFuncsBySignature,
         relax.transform.SpecializePrimFuncBasedOnCallSite(),
         relax.transform.Normalize(),
-        dlight.ApplyDefaultSchedule(
-            dlight.adreno.Conv2d(), dlight.adreno.LayoutTransform(), dlight.adreno.Pool2D()
-        ),
+        # Not dlight.adreno.Pool2D: in TVM 0.27 it keeps one float of
+        # accumulator for a 4-lane texel, so every NCHW4c pool output holds
+        # lane 3's value four times (found by running the kernels on PoCL).
+        # The generic GPU rules below schedule pools correctly.
+        dlight.ApplyDefaultSchedule(dlight.adreno.Conv2d(), dlight.adreno.LayoutTransform()),
         dlight.ApplyDefaultSchedule(
             dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
         ),
@@ -120,6 +125,28 @@ def lower_passes(target: tvm.target.Target) -> list:
         *relax.backend.gpu_generic.dataflow_lower_passes(target),
         *relax.backend.gpu_generic.finalize_passes(target),
     ]
+
+
+@tvm.instrument.pass_instrument
+class _CaptureKernelLaunches:
+    """Keeps the TIR module right after host/device splitting, where each host
+    function still has its tensor parameters and launches its kernels with
+    explicit thread extents: what an executor needs to run the kernels."""
+
+    def __init__(self):
+        self.modules = []
+
+    def run_after_pass(self, mod, info):
+        if info.name == "tirx.SplitHostDevice":
+            self.modules.append(mod)
+
+
+def _with_instrument(instrument) -> tvm.transform.PassContext:
+    current = tvm.transform.PassContext.current()
+    return tvm.transform.PassContext(
+        opt_level=current.opt_level, required_pass=list(current.required_pass),
+        disabled_pass=list(current.disabled_pass),
+        instruments=[*current.instruments, instrument], config=dict(current.config))
 
 
 def _under(target: tvm.target.Target, passes: list, name: str) -> tvm.ir.transform.Pass:
@@ -163,12 +190,17 @@ class BuildResult:
         Decisions per tensor, copies, counts and build figures.
     module : IRModule
         The Relax module after scheduling, before dataflow lowering.
+    kernels : IRModule or None
+        The TIR the executable was compiled from, right after host/device
+        splitting: host functions launching device kernels (None without
+        codegen).
     """
 
     executable: object
     opencl_source: str
     report: Report
     module: tvm.IRModule = attrs.field(repr=False)
+    kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
 
     def export(self, directory) -> Path:
         """Write model.so, kernels.cl, report.json, report.md and report.html
@@ -260,13 +292,16 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)
     figures["copies_left"] = _copies_left(optimized)
-    executable, source = None, ""
+    executable, source, lowered = None, "", None
     if texture.kind == "opencl":
-        executable = timed("codegen", lambda: tvm.compile(
-            optimized, target=device_target,
-            relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
-            tir_pipeline=TIR_PIPELINE,
-        ))
+        capture = _CaptureKernelLaunches()
+        with _with_instrument(capture):
+            executable = timed("codegen", lambda: tvm.compile(
+                optimized, target=device_target,
+                relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
+                tir_pipeline=TIR_PIPELINE,
+            ))
+        (lowered,) = capture.modules
         source = _device_source(executable)
         kernels = kernel_signatures(source)
         figures["kernels"] = len(kernels)
@@ -277,4 +312,4 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
     figures["build_s"] = round(sum(v for k, v in figures.items() if k.endswith("_s")), 3)
     label = target if isinstance(target, str) else str(texture.target)
     report = Report.from_plans(label, plans, figures)
-    return BuildResult(executable, source, report, optimized)
+    return BuildResult(executable, source, report, optimized, lowered)

@@ -1,4 +1,4 @@
-"""The OpenCL texscope emits, checked on a real OpenCL implementation.
+"""Checks on the OpenCL source texscope emits.
 
 pyopencl and an OpenCL driver with image support (PoCL in CI, any GPU where
 there is one) are needed only here.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import TexscopeError
+from ..errors import TexscopeError
 
 IMAGE_PARAM = re.compile(r"(?:__read_only|__write_only|__read_write)?\s*image2d(?:_array)?_t\s+(\w+)")
 KERNEL = re.compile(r"__kernel void (\w+)\(([^)]*)\)\s*\{")

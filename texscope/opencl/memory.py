@@ -1,0 +1,129 @@
+"""Device memory by scope: buffers for ``global``, RGBA image arrays for textures.
+
+A texture-scoped tensor ``[d0, d1, d2, d3, 4]`` is an ``image2d_array_t`` of
+``layers x height x width`` RGBA texels, its outer axes folded as TVM's OpenCL
+runtime folds them for the scope (``targets.FLAVOUR_AXES``).  Row-major order
+of the tensor is then the image's own (x fastest, then y, then layer), so
+uploads, downloads and buffer/image copies move the bytes unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import TexscopeError
+from ..targets import FLAVOUR_AXES, TEXEL_LANES
+from .program import TensorSpec
+
+_CHANNEL_TYPES = {"float32": "FLOAT", "float16": "HALF_FLOAT"}
+
+
+def image_extent(spec: TensorSpec) -> tuple[int, int, int]:
+    """(width, height, layers) of a texture-scoped tensor's image."""
+    if spec.scope not in FLAVOUR_AXES:
+        raise TexscopeError(f"tensor {spec.name}: unknown texture scope {spec.scope!r}")
+    if len(spec.shape) != 5 or spec.shape[-1] != TEXEL_LANES:
+        raise TexscopeError(f"tensor {spec.name}: a {spec.scope} image needs a 5-D shape with "
+                            f"an inner axis of {TEXEL_LANES}, not {list(spec.shape)}")
+    layers, height, width = (
+        math.prod(spec.shape[axis] for axis in axes) for axes in FLAVOUR_AXES[spec.scope]
+    )
+    return width, height, layers
+
+
+def texels(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """The tensor as the image holds it: (layers, height, width, RGBA)."""
+    width, height, layers = image_extent(spec)
+    return np.ascontiguousarray(array).reshape(layers, height, width, TEXEL_LANES)
+
+
+class DeviceMemory:
+    """The memory objects of one run, one per tensor."""
+
+    def __init__(self, cl, context, queue):
+        self.cl = cl
+        self.context = context
+        self.queue = queue
+        self.objects: dict[TensorSpec, object] = {}
+
+    def allocate(self, spec: TensorSpec):
+        if spec in self.objects:
+            return self.objects[spec]
+        cl = self.cl
+        flags = cl.mem_flags.READ_WRITE
+        if spec.is_texture:
+            if spec.dtype not in _CHANNEL_TYPES:
+                raise TexscopeError(f"tensor {spec.name}: {spec.dtype} is not an image texel type")
+            fmt = cl.ImageFormat(cl.channel_order.RGBA,
+                                 getattr(cl.channel_type, _CHANNEL_TYPES[spec.dtype]))
+            extent = image_extent(spec)
+            device = self.queue.device
+            limits = (device.image2d_max_width, device.image2d_max_height,
+                      device.image_max_array_size)
+            if any(size > limit for size, limit in zip(extent, limits)):
+                raise TexscopeError(
+                    f"tensor {spec.name}: its {spec.scope} image is {extent[0]} x {extent[1]} "
+                    f"texels x {extent[2]} layers, over this device's {limits[0]} x {limits[1]} "
+                    f"x {limits[2]}; build for a target with texture_spatial_limit="
+                    f"{min(limits[:2])} and texture_depth_limit={limits[2]}")
+            memory = cl.Image(self.context, flags, fmt, shape=extent, is_array=True)
+        else:
+            nbytes = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+            memory = cl.Buffer(self.context, flags, size=max(nbytes, 1))
+        self.objects[spec] = memory
+        return memory
+
+    def workspace(self, key, nbytes: int):
+        """Scratch buffer ``key`` of at least ``nbytes``."""
+        if key not in self.objects:
+            self.objects[key] = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE,
+                                               size=max(nbytes, 1))
+        return self.objects[key]
+
+    def _region(self, spec: TensorSpec):
+        return dict(origin=(0, 0, 0), region=image_extent(spec))
+
+    def upload(self, spec: TensorSpec, array: np.ndarray) -> None:
+        array = np.ascontiguousarray(array, dtype=spec.dtype)
+        if array.shape != spec.shape:
+            raise TexscopeError(f"tensor {spec.name}: expected shape {list(spec.shape)}, "
+                                f"got {list(array.shape)}")
+        memory = self.allocate(spec)
+        if spec.is_texture:
+            self.cl.enqueue_copy(self.queue, memory, texels(array, spec), **self._region(spec))
+        else:
+            self.cl.enqueue_copy(self.queue, memory, array)
+
+    def download(self, spec: TensorSpec) -> np.ndarray:
+        out = np.empty(spec.shape, dtype=spec.dtype)
+        memory = self.objects[spec]
+        if spec.is_texture:
+            host = texels(out, spec)
+            self.cl.enqueue_copy(self.queue, host, memory, **self._region(spec))
+            out = host.reshape(spec.shape)
+        else:
+            self.cl.enqueue_copy(self.queue, out, memory)
+        self.queue.finish()
+        return out
+
+    def copy(self, source: TensorSpec, target: TensorSpec):
+        """Device-side copy between storages; returns the OpenCL event."""
+        if source.shape != target.shape or source.dtype != target.dtype:
+            raise TexscopeError(f"copy {source.name} -> {target.name}: shapes or types differ")
+        src, dst = self.objects[source], self.allocate(target)
+        enqueue = self.cl.enqueue_copy
+        if source.is_texture and target.is_texture:
+            if source.scope == target.scope:
+                return enqueue(self.queue, dst, src, src_origin=(0, 0, 0),
+                               dest_origin=(0, 0, 0), region=image_extent(source))
+            # Different flavours fold the axes differently: go through a buffer.
+            staging = TensorSpec(f"{source.name}->{target.name}", source.shape, source.dtype, "global")
+            self.copy(source, staging)
+            return self.copy(staging, target)
+        if source.is_texture:
+            return enqueue(self.queue, dst, src, offset=0, **self._region(source))
+        if target.is_texture:
+            return enqueue(self.queue, dst, src, offset=0, **self._region(target))
+        return enqueue(self.queue, dst, src, byte_count=src.size)

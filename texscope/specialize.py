@@ -1,0 +1,87 @@
+"""One PrimFunc per storage signature, before call-site specialization.
+
+TVM 0.27's ``SpecializePrimFuncBasedOnCallSite`` writes the memory scopes of
+a call site into the PrimFunc it calls, in place.  When one PrimFunc is
+called from two sites whose tensors live in different storages (a conv whose
+output is a texture at one site and a buffer at the next, common after
+identical kernels are merged), both sites end up with one signature and one
+of them writes a buffer where the program holds an image.  Running the built
+kernels on OpenCL showed it.  Giving each distinct signature its own copy of
+the PrimFunc first makes the specialization exact.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .rebuild import Rebuilder, replace_functions
+
+CALL_TIR = "relax.call_tir"
+
+
+def _scopes(ty) -> tuple[str, ...]:
+    if isinstance(ty, relax.TupleType):
+        return tuple(scope for field in ty.fields for scope in _scopes(field))
+    if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
+        return (str(ty.vdevice.memory_scope),)
+    return ("",)
+
+
+def _signature(call: relax.Call) -> tuple[str, ...]:
+    return (*_scopes(call.args[1].ty), *_scopes(call.ty))
+
+
+def _is_call_tir(value) -> bool:
+    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and value.op.name == CALL_TIR)
+
+
+def split_prim_funcs_by_signature(mod: tvm.IRModule) -> tvm.IRModule:
+    """A module where no PrimFunc is called with two storage signatures.
+
+    The first signature a PrimFunc is called with keeps it; each other one
+    gets a copy, tagged with ``texscope.storage_signature``.
+    """
+    relax_functions = {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
+    signatures: dict[relax.GlobalVar, list[tuple]] = {}
+    for func in relax_functions.values():
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                if _is_call_tir(binding.value):
+                    seen = signatures.setdefault(binding.value.args[0], [])
+                    if _signature(binding.value) not in seen:
+                        seen.append(_signature(binding.value))
+    if all(len(seen) == 1 for seen in signatures.values()):
+        return mod
+    builder = relax.BlockBuilder(mod)
+    callee: dict[tuple, relax.GlobalVar] = {}
+    for gvar, seen in signatures.items():
+        callee[gvar, seen[0]] = gvar
+        for signature in seen[1:]:
+            copy = mod[gvar].with_attr("texscope.storage_signature", ",".join(signature))
+            if copy.attrs is not None and "global_symbol" in copy.attrs:
+                copy = copy.without_attr("global_symbol")
+            callee[gvar, signature] = builder.add_func(copy, gvar.name_hint)
+    extended = builder.get()
+    rewritten = {}
+    for gvar, func in relax_functions.items():
+        rebuilder = Rebuilder(extended)
+
+        def rewrite(binding, rebuilder=rebuilder):
+            value = binding.value
+            if not isinstance(value, relax.Call):
+                return rebuilder.substitute(value)
+            args = [rebuilder.substitute(arg) for arg in value.args]
+            if _is_call_tir(value):
+                args[0] = callee[value.args[0], _signature(value)]
+            return relax.Call(value.op, args, value.attrs, value.ty_args)
+
+        rewritten[gvar] = rebuilder.run(func, list(func.params), rewrite)
+    return replace_functions(extended, rewritten)
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.SplitPrimFuncsBySignature")
+def SplitPrimFuncsBySignature(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
+    """:func:`split_prim_funcs_by_signature` as a pass."""
+    return split_prim_funcs_by_signature(mod)
