@@ -111,9 +111,13 @@ def optimize_passes(target: tvm.target.Target) -> list:
         relax.transform.Normalize(),
         # Not dlight.adreno.Pool2D: in TVM 0.27 it keeps one float of
         # accumulator for a 4-lane texel, so every NCHW4c pool output holds
-        # lane 3's value four times (found by running the kernels on PoCL).
-        # The generic GPU rules below schedule pools correctly.
-        dlight.ApplyDefaultSchedule(dlight.adreno.Conv2d(), dlight.adreno.LayoutTransform()),
+        # lane 3's value four times.  And dlight.adreno.Fallback for every
+        # other kernel that writes a texture: the generic GPU fallback stores
+        # one lane per thread, a scalar where write_imagef takes a texel.
+        # (Both found by running the kernels on PoCL.)
+        dlight.ApplyDefaultSchedule(
+            dlight.adreno.Conv2d(), dlight.adreno.LayoutTransform(), dlight.adreno.Fallback()
+        ),
         dlight.ApplyDefaultSchedule(
             dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
         ),

@@ -1,4 +1,4 @@
-"""The ``texscope`` command: build, demo, ops."""
+"""The ``texscope`` command: build, demo, explain, run, ops."""
 
 from __future__ import annotations
 
@@ -104,6 +104,31 @@ def cmd_explain(args) -> None:
         print(f"graph: {graph_svg(report, args.svg)}")
 
 
+def cmd_run(args) -> int:
+    from . import opencl, verify
+
+    model = load_model(args.model, args.module)
+    print(f"building for {args.target}")
+    result = build(model, args.target, log=_print_stage)
+    device = opencl.default_device()
+    inputs = verify.random_inputs(model, seed=args.seed)
+    run = opencl.run(result, inputs, device)
+    check = verify.compare(run.outputs, verify.reference_outputs(model, inputs),
+                           rtol=args.tolerance, atol=args.tolerance)
+    print(f"ran on {device.name.strip()} ({device.platform.name.strip()}): "
+          f"{len(run.times) - run.copies} kernel launches, {run.copies} copies, "
+          f"{run.images} images")
+    print(f"against the CPU (llvm): max abs error {check.max_abs_error:.3g}, "
+          f"max rel error {check.max_rel_error:.3g} -> {'OK' if check.ok else 'MISMATCH'}")
+    total = sum(t.seconds for t in run.times)
+    print(f"time per command, slowest first (total {total * 1e3:.3f} ms):")
+    for timed in run.slowest()[:args.top]:
+        print(f"  {timed.seconds * 1e3:9.3f} ms  {timed.binding:<12} {timed.kernel}")
+    if len(run.times) > args.top:
+        print(f"  ... {len(run.times) - args.top} more (--top N shows more)")
+    return 0 if check.ok else 1
+
+
 def cmd_ops(_args) -> None:
     rows = [("entry", "matches", "inputs", "outputs", "why")]
     for entry in registry.entries():
@@ -141,15 +166,23 @@ def main(argv=None) -> int:
     p.add_argument("--tensor", help="only this tensor and its neighbours")
     p.add_argument("--svg", help="also draw the graph into this SVG file (needs Graphviz)")
     p.set_defaults(run=cmd_explain)
+    p = commands.add_parser("run", help="build, run once on the default OpenCL device, "
+                                        "compare with the CPU and time each kernel")
+    p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
+    p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
+    p.add_argument("--module", help="which IRModule of the file (default: the only one)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--tolerance", type=float, default=1e-3, help="rtol and atol of the comparison")
+    p.add_argument("--top", type=int, default=15, help="how many of the slowest commands to print")
+    p.set_defaults(run=cmd_run)
     p = commands.add_parser("ops", help="print the operator registry")
     p.set_defaults(run=cmd_ops)
     args = parser.parse_args(argv)
     try:
-        args.run(args)
+        return args.run(args) or 0
     except TexscopeError as err:
         print(f"texscope: error: {err}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ the PrimFunc first makes the specialization exact.
 from __future__ import annotations
 
 import tvm
-from tvm import relax
+from tvm import relax, s_tir
 
 from .rebuild import Rebuilder, replace_functions
 
@@ -59,7 +59,9 @@ def split_prim_funcs_by_signature(mod: tvm.IRModule) -> tvm.IRModule:
     for gvar, seen in signatures.items():
         callee[gvar, seen[0]] = gvar
         for signature in seen[1:]:
-            copy = mod[gvar].with_attr("texscope.storage_signature", ",".join(signature))
+            # Fresh variables: two PrimFuncs must not share definitions.
+            copy = s_tir.renew_defs(mod[gvar]).with_attr(
+                "texscope.storage_signature", ",".join(signature))
             if copy.attrs is not None and "global_symbol" in copy.attrs:
                 copy = copy.without_attr("global_symbol")
             callee[gvar, signature] = builder.add_func(copy, gvar.name_hint)

@@ -239,18 +239,26 @@ def equivalent(before: tvm.IRModule, after: tvm.IRModule, inputs=None,
         Tolerances, as in ``numpy.allclose``.
     """
     inputs = random_inputs(before) if inputs is None else inputs
+    return compare(_run_on_cpu(strip_scopes(after), inputs), reference_outputs(before, inputs),
+                   rtol, atol)
+
+
+def reference_outputs(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """``mod`` (before any texscope pass) compiled for ``llvm`` and run on ``inputs``."""
     # Stage 1 compiles for inference, as TVM's own pipeline does: batch norm
     # uses its moving statistics, so the reference must too.
-    expected = _run_on_cpu(relax.transform.DecomposeOpsForInference()(before), inputs)
-    actual = _run_on_cpu(strip_scopes(after), inputs)
+    return _run_on_cpu(relax.transform.DecomposeOpsForInference()(mod), inputs)
+
+
+def compare(actual, expected, rtol: float = 1e-4, atol: float = 1e-4) -> Comparison:
+    """Compare two lists of outputs as ``numpy.allclose`` does, with the largest errors."""
+    actual, expected = list(actual), list(expected)
     if len(expected) != len(actual):
         return Comparison(len(expected), float("inf"), float("inf"), False)
-    ok = all(
-        a.shape == e.shape and np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-        for a, e in zip(actual, expected)
-    )
-    if not ok:
+    if any(a.shape != e.shape for a, e in zip(actual, expected)):
         return Comparison(len(expected), float("inf"), float("inf"), False)
+    ok = all(np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+             for a, e in zip(actual, expected))
     # Random statistics can make NaNs (sqrt of a negative variance) in both.
     errors = [np.nan_to_num(np.abs(a - e)) for a, e in zip(actual, expected)]
     abs_err = max((float(err.max(initial=0.0)) for err in errors), default=0.0)
@@ -260,3 +268,28 @@ def equivalent(before: tvm.IRModule, after: tvm.IRModule, inputs=None,
         default=0.0,
     )
     return Comparison(len(expected), abs_err, rel_err, ok)
+
+
+def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
+                  atol: float = 1e-3, device=None) -> Comparison:
+    """Build ``mod`` with texscope, run it on an OpenCL device, compare with the CPU.
+
+    Parameters
+    ----------
+    mod : IRModule
+        The model as the user wrote it (static shapes).
+    target : Target, tag, preset name or JSON
+        An OpenCL texture target, e.g. ``"adreno-opencl"``.
+    inputs : list of numpy arrays, optional
+        Inputs to main; random ones by default.
+    rtol, atol : float
+        Tolerances, as in ``numpy.allclose`` (1e-3 suits float32 reductions).
+    device : pyopencl.Device, optional
+        The first OpenCL device found by default (PoCL in CI).
+    """
+    from . import opencl
+    from .build import build
+
+    inputs = random_inputs(mod) if inputs is None else inputs
+    result = opencl.run(build(mod, target), inputs, device)
+    return compare(result.outputs, reference_outputs(mod, inputs), rtol, atol)

@@ -68,7 +68,7 @@ class DeviceMemory:
                     f"texels x {extent[2]} layers, over this device's {limits[0]} x {limits[1]} "
                     f"x {limits[2]}; build for a target with texture_spatial_limit="
                     f"{min(limits[:2])} and texture_depth_limit={limits[2]}")
-            memory = cl.Image(self.context, flags, fmt, shape=extent, is_array=True)
+            memory = cl.create_image(self.context, flags, fmt, shape=extent, is_array=True)
         else:
             nbytes = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
             memory = cl.Buffer(self.context, flags, size=max(nbytes, 1))

@@ -1,0 +1,188 @@
+"""Built texture programs run on a real OpenCL (PoCL in CI) and match the CPU."""
+
+import attrs
+import numpy as np
+import pytest
+import tvm
+
+import texscope
+from texscope import opencl, verify, zoo
+from texscope.cli import main
+from texscope.opencl import memory
+from texscope.opencl.launches import TensorArg, WorkspaceArg, kernel_launches
+from texscope.opencl.program import Copy, KernelCall, read_program
+from texscope.specialize import SplitPrimFuncsBySignature
+
+from conftest import run_pass
+from modules import opencl_cases, rules, signatures
+
+TOLERANCE = dict(rtol=1e-3, atol=1e-3)
+
+
+def run_and_compare(mod, seed=0):
+    """Build, run on OpenCL, and the CPU's outputs for the same inputs."""
+    result = texscope.build(mod, "adreno-opencl")
+    inputs = verify.random_inputs(mod, seed)
+    run = opencl.run(result, inputs)
+    return result, run, verify.reference_outputs(mod, inputs)
+
+
+def assert_close(run, expected):
+    check = verify.compare(run.outputs, expected, **TOLERANCE)
+    assert check.ok, check
+
+
+@pytest.mark.parametrize("name", [
+    "Seed", "ConvRelu", "Residual", "MaxPool", "Concat", "SplitFields", "Softmax",
+    "Reductions", "Depthwise", "BatchNorm",
+])
+def test_rule_modules_compute_the_cpu_numbers_on_opencl(name):
+    result, run, expected = run_and_compare(getattr(rules, name))
+    assert_close(run, expected)
+    # Every module above keeps at least one tensor in texture (an image).
+    assert run.images >= 1
+    assert result.report.build["kernels_with_images"] >= 1
+
+
+@pytest.mark.parametrize("name", ["AvgPool", "LayerNorm", "PackedInput"])
+def test_pools_layer_norm_and_packed_inputs_on_opencl(name):
+    _, run, expected = run_and_compare(getattr(opencl_cases, name))
+    assert_close(run, expected)
+    assert run.images >= 1
+
+
+def test_the_seed_conv_reads_its_input_from_an_image():
+    result = texscope.build(rules.Seed, "adreno-opencl")
+    program = read_program(result.module)
+    conv = next(s for s in program.steps if isinstance(s, KernelCall) and "conv2d" in s.function)
+    (launch,) = kernel_launches(result.kernels)[conv.function]
+    data = next(a for a in launch.args if isinstance(a, TensorArg) and a.index == 0)
+    assert data.scope == conv.tensors[0].scope == "global.texture-nhwc"
+
+
+def test_a_conflict_runs_a_real_copy_between_image_and_buffer():
+    result, run, expected = run_and_compare(rules.Conflict)
+    assert_close(run, expected)
+    copies = [s for s in read_program(result.module).steps if isinstance(s, Copy)]
+    assert copies and run.copies == len(copies)
+    assert {(c.source.is_texture, c.target.is_texture) for c in copies} == {(True, False)}
+
+
+def test_one_prim_func_with_two_storage_signatures_is_split():
+    out = run_pass(SplitPrimFuncsBySignature, signatures.TwoSignatures)
+    tvm.ir.assert_structural_equal(out, signatures.TwoSignaturesSplit)
+    # Nothing to split: the module comes back as it was.
+    assert run_pass(SplitPrimFuncsBySignature, out).same_as(out)
+
+
+def test_a_kernel_shared_by_a_texture_and_a_buffer_output_writes_both_right():
+    # Without the split, TVM's call-site specialization gives both convs the
+    # buffer signature and the first writes a buffer where an image is read.
+    result, run, expected = run_and_compare(opencl_cases.SharedKernel)
+    assert_close(run, expected)
+    convs = [s for s in read_program(result.module).steps
+             if isinstance(s, KernelCall) and "conv2d" in s.function]
+    assert len({c.function for c in convs}) == 2
+    assert [c.tensors[-1].is_texture for c in convs] == [True, False]
+
+
+NETWORKS = {
+    "resnet": lambda: zoo.resnet_style(blocks=2, channels=16, image=32),
+    "mobilenet_v2": lambda: zoo.mobilenet_v2_style(blocks=2, channels=16, image=32),
+    "unet": lambda: zoo.unet_style(depth=2, channels=16, image=32),
+    "inception": lambda: zoo.inception_block(channels=16, image=16),
+}
+
+
+@pytest.mark.parametrize("name", NETWORKS)
+def test_networks_compute_the_cpu_numbers_on_opencl(name):
+    result, run, expected = run_and_compare(NETWORKS[name]())
+    assert_close(run, expected)
+    image_launches = [launch for launches in kernel_launches(result.kernels).values()
+                      for launch in launches
+                      if any(isinstance(a, TensorArg) and "texture" in a.scope for a in launch.args)]
+    assert run.images > 0 and image_launches
+
+
+def test_pool_kernels_keep_all_four_lanes():
+    """TVM 0.27's Adreno Pool2D schedule wrote lane 3 into all four lanes."""
+    x = np.zeros((1, 8, 16, 16), "float32")
+    x[0, :, 3, 5] = np.arange(1, 9)  # one distinct peak per channel
+    w = np.zeros((8, 8, 3, 3), "float32")
+    w[np.arange(8), np.arange(8), 1, 1] = 1.0  # identity conv
+    result = texscope.build(rules.MaxPool, "adreno-opencl")
+    (pooled,) = opencl.run(result, [x, w]).outputs
+    np.testing.assert_array_equal(pooled[0, :, 1, 2], np.arange(1, 9))
+
+
+def test_a_wrongly_packed_image_is_caught(monkeypatch):
+    """Write texels with their RGBA lanes reversed: the comparison must fail."""
+    mod = opencl_cases.PackedInput
+    result = texscope.build(mod, "adreno-opencl")
+    inputs = verify.random_inputs(mod)
+    assert read_program(result.module).inputs[0].tensor.is_texture
+    expected = verify.reference_outputs(mod, inputs)
+    assert verify.compare(opencl.run(result, inputs).outputs, expected, **TOLERANCE).ok
+
+    packed = memory.texels
+    monkeypatch.setattr(memory, "texels",
+                        lambda array, spec: np.ascontiguousarray(packed(array, spec)[..., ::-1]))
+    check = verify.compare(opencl.run(result, inputs).outputs, expected, **TOLERANCE)
+    assert not check.ok and check.max_abs_error > 0.1
+
+
+def test_a_kernel_reading_an_image_the_program_holds_in_a_buffer_is_an_error():
+    result = texscope.build(rules.Seed, "adreno-opencl")
+    stripped = attrs.evolve(result, module=verify.strip_scopes(result.module))
+    with pytest.raises(texscope.TexscopeError, match=r"binding 'lv'.*texture-nhwc"):
+        opencl.run(stripped, verify.random_inputs(rules.Seed))
+
+
+def test_an_image_over_the_device_limits_is_a_clear_error():
+    # Adreno allows 16384-texel rows; PoCL's images stop at 8192.
+    mod = zoo.unet_style(depth=1, channels=16, image=64)
+    result = texscope.build(mod, "adreno-opencl")
+    if not any(s.is_texture and memory.image_extent(s)[0] > 8192
+               for step in read_program(result.module).steps
+               for s in getattr(step, "tensors", ())):
+        pytest.skip("no image wider than 8192 texels in this plan")
+    with pytest.raises(texscope.TexscopeError, match="over this device's"):
+        opencl.run(result, verify.random_inputs(mod))
+
+
+def test_host_workspaces_become_scratch_buffers():
+    result = texscope.build(rules.ConvRelu, "adreno-opencl")
+    launches = kernel_launches(result.kernels)
+    scratch = [a for ls in launches.values() for l in ls for a in l.args if isinstance(a, WorkspaceArg)]
+    assert scratch and all(a.nbytes > 0 for a in scratch)
+
+
+def test_run_on_opencl_compares_with_the_cpu():
+    check = verify.run_on_opencl(rules.Residual, "adreno-opencl")
+    assert check.ok and check.outputs == 1 and check.max_abs_error < 1e-3
+
+
+def test_a_vulkan_build_cannot_be_run_on_opencl():
+    result = texscope.build(rules.Seed, "adreno-vulkan")
+    with pytest.raises(texscope.TexscopeError, match="no OpenCL kernels"):
+        opencl.run(result, verify.random_inputs(rules.Seed))
+
+
+def test_cli_run_prints_errors_and_kernel_times(tmp_path, capsys):
+    model = tmp_path / "model.py"
+    model.write_text(
+        "from tvm.script import ir as I, relax as R\n\n"
+        "@I.ir_module\nclass Net:\n    @R.function\n"
+        "    def main(x: R.Tensor((1, 8, 16, 16), 'float32'), w: R.Tensor((8, 8, 3, 3), 'float32')):\n"
+        "        with R.dataflow():\n"
+        "            c = R.nn.conv2d(x, w, padding=(1, 1))\n"
+        "            gv = R.nn.relu(c)\n"
+        "            R.output(gv)\n"
+        "        return gv\n"
+    )
+    assert main(["run", str(model), "--target", "adreno-opencl"]) == 0
+    out = capsys.readouterr().out
+    assert "-> OK" in out and "max abs error" in out
+    times = [float(line.split()[0]) for line in out.splitlines() if line.endswith("_kernel")
+             or "_kernel" in line.split()[-1]]
+    assert times and times == sorted(times, reverse=True)
