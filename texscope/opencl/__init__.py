@@ -5,6 +5,6 @@ pyopencl and an OpenCL driver with image support are needed only here.
 """
 
 from .executor import KernelTime, RunResult, run
-from .source import compile_source, default_device, image_misuse
+from .source import compile_source, default_device, device_target, image_misuse
 
-__all__ = ["KernelTime", "RunResult", "compile_source", "default_device", "image_misuse", "run"]
+__all__ = ["KernelTime", "RunResult", "compile_source", "default_device", "device_target", "image_misuse", "run"]

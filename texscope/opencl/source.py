@@ -6,6 +6,7 @@ there is one) are needed only here.
 
 from __future__ import annotations
 
+import json
 import re
 
 from ..errors import TexscopeError
@@ -29,6 +30,19 @@ def default_device():
         if devices:
             return devices[0]
     raise TexscopeError("no OpenCL device found (apt-get install pocl-opencl-icd for a CPU one)")
+
+
+def device_target(device=None, base: str = "qcom/adreno-opencl-texture") -> dict:
+    """``base`` as target JSON with the texture limits of an OpenCL device, so
+    that every texture the plan makes can be created there (PoCL's images stop
+    at 8192 texels a side where Adreno's reach 16384)."""
+    import tvm
+
+    device = device or default_device()
+    spec = json.loads(str(tvm.target.Target(base)))
+    spec["texture_spatial_limit"] = min(device.image2d_max_width, device.image2d_max_height)
+    spec["texture_depth_limit"] = device.image_max_array_size
+    return spec
 
 
 def compile_source(source: str, device=None):
