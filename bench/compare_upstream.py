@@ -13,6 +13,9 @@ Printed per network, for upstream, texscope ``local`` and texscope ``optimal``:
   write...): a plan with violations is cheap on paper only;
 - time: annotation alone, median of 3, and its ratio to upstream's.
 
+Then, for the smaller graphs, the optimal planner's plan against exhaustive
+search over every assignment (``texscope.exhaustive``).
+
 A plot of annotation time against graph size is saved next to this file
 (``compare_upstream.png``) when matplotlib is installed.
 
@@ -31,9 +34,13 @@ from tvm import relax
 
 import texscope
 from texscope import upstream, zoo
+from texscope.exhaustive import exhaustive, plan_units
 from texscope.verify import check_invariants
 
 TARGET = tvm.target.Target("qcom/adreno-opencl-texture")
+# Graphs small enough to try exhaustive search on (free choices are checked too).
+EXHAUSTIVE_CALLS = 64
+EXHAUSTIVE_FREE = 16
 DEFAULT_NETWORKS = ("resnet", "mobilenet_v2", "unet", "inception", "chain64", "chain256",
                     "chain1024")
 
@@ -79,7 +86,7 @@ def run(names):
               f"{'conv tex':>8} {'broken':>6} {'ms':>8} {'ratio':>6}")
     print(header)
     print("-" * len(header))
-    sizes, times, names_used = [], {tool: [] for tool in tools}, []
+    sizes, times, names_used, problems = [], {tool: [] for tool in tools}, [], []
     for name in names:
         mod = zoo.NETWORKS[name]()
         with TARGET:
@@ -93,6 +100,9 @@ def run(names):
             name += "*"
             results = {tool: measure(fn, stage1) for tool, fn in tools.items()}
         calls = sum(1 for _ in main_calls(stage1))
+        if calls <= EXHAUSTIVE_CALLS:
+            problems.append((name, texscope.collect_consumer(
+                stage1, "main", texscope.texture_target(TARGET))))
         names_used.append(name)
         base = results["upstream"]["seconds"]
         for tool, r in results.items():
@@ -104,8 +114,15 @@ def run(names):
     if any(name.endswith("*") for name in names_used):
         print("\n*: upstream's stage 1 crashes the build on depthwise convs; both annotate "
               "texscope's stage-1 output instead.")
-    print("Exhaustive optimum: these graphs are too large to enumerate; tests/test_planner.py "
-          "checks the optimal planner against exhaustive search on random graphs.")
+    print("\nThe planning problem itself (texscope's cost units, stage 3 alone): the optimal "
+          "planner's plan against exhaustive search where at most "
+          f"{EXHAUSTIVE_FREE} choices are free.")
+    for name, consumers in problems:
+        best = exhaustive(consumers, EXHAUSTIVE_FREE)
+        planned = plan_units(texscope.collect_producer(consumers, "optimal"))
+        verdict = "too large to enumerate" if best is None else \
+            f"exhaustive {best}: {'equal' if best == planned else 'DIFFERENT'}"
+        print(f"  {name:<12} optimal {planned:>8}  {verdict}")
     _plot(sizes, times)
 
 

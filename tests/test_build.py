@@ -71,7 +71,8 @@ def test_vulkan_annotates_and_says_why_it_cannot_compile():
     result = build(texscope.examples.Seed, "adreno-vulkan")
     assert result.executable is None
     assert "no vulkan code generator" in result.report.build["codegen"]
-    assert result.report.counts() == {"global": 5, "global.texture-nhwc": 1}
+    assert result.report.counts() == {
+        "global": 4, "global.texture-nhwc": 1, "global.texture-weight": 1}
 
 
 def test_get_default_pipeline_works_with_tvm_compile():

@@ -51,13 +51,14 @@ def test_pools_layer_norm_and_packed_inputs_on_opencl(name):
     assert run.images >= 1
 
 
-def test_the_seed_conv_reads_its_input_from_an_image():
+def test_the_seed_conv_reads_its_input_and_weights_from_images():
     result = texscope.build(rules.Seed, "adreno-opencl")
     program = read_program(result.module)
     conv = next(s for s in program.steps if isinstance(s, KernelCall) and "conv2d" in s.function)
     (launch,) = kernel_launches(result.kernels)[conv.function]
-    data = next(a for a in launch.args if isinstance(a, TensorArg) and a.index == 0)
-    assert data.scope == conv.tensors[0].scope == "global.texture-nhwc"
+    scopes = {a.index: a.scope for a in launch.args if isinstance(a, TensorArg)}
+    assert scopes[0] == conv.tensors[0].scope == "global.texture-nhwc"
+    assert scopes[1] == conv.tensors[1].scope == "global.texture-weight"
 
 
 def test_a_conflict_runs_a_real_copy_between_image_and_buffer():
@@ -186,3 +187,21 @@ def test_cli_run_prints_errors_and_kernel_times(tmp_path, capsys):
     times = [float(line.split()[0]) for line in out.splitlines() if line.endswith("_kernel")
              or "_kernel" in line.split()[-1]]
     assert times and times == sorted(times, reverse=True)
+
+
+def test_kernels_from_another_build_are_refused():
+    """A stale kernels.cl: same kernel names, but pointers where images were."""
+    result = texscope.build(rules.Seed, "adreno-opencl")
+    no_textures = dict(opencl.device_target(), texture_spatial_limit=1, texture_depth_limit=1)
+    stale = texscope.build(rules.Seed, no_textures).opencl_source
+    assert "image2d" not in stale
+    with pytest.raises(texscope.TexscopeError, match="declares `__global float"):
+        opencl.run(attrs.evolve(result, opencl_source=stale), verify.random_inputs(rules.Seed))
+
+
+def test_an_operator_the_build_did_not_lower_is_named():
+    result = texscope.build(rules.Seed, "adreno-opencl")
+    with pytest.raises(texscope.TexscopeError, match="binding 'gv'.*relax.nn.relu") as err:
+        opencl.run(attrs.evolve(result, module=opencl_cases.NotLowered),
+                   verify.random_inputs(opencl_cases.NotLowered))
+    assert err.value.function == "main" and err.value.binding == "gv"

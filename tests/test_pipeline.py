@@ -32,7 +32,7 @@ def test_conflicting_consumers_share_one_copy():
 def test_conv_relu_reads_texture_and_unpacks_from_buffer():
     out = pipeline(rules.ConvRelu)
     assert scopes(out) == {
-        "x": G, "w": G, "lv": TW, "lv1": G, "c": TW, "lv2": G, "gv": G,
+        "x": G, "w": G, "lv": TW, "lv1": TW, "c": TW, "lv2": G, "gv": G,
     }
     assert copies(out) == []
 
@@ -40,8 +40,8 @@ def test_conv_relu_reads_texture_and_unpacks_from_buffer():
 def test_residual_add_keeps_the_chain_in_texture():
     out = pipeline(rules.Residual)
     assert scopes(out) == {
-        "x": G, "w1": G, "w2": G, "lv": TW, "lv1": G, "c1": TW, "r1": TW,
-        "lv2": G, "c2": TW, "s": TW, "lv3": G, "gv": G,
+        "x": G, "w1": G, "w2": G, "lv": TW, "lv1": TW, "c1": TW, "r1": TW,
+        "lv2": TW, "c2": TW, "s": TW, "lv3": G, "gv": G,
     }
     assert copies(out) == []
 
@@ -49,15 +49,15 @@ def test_residual_add_keeps_the_chain_in_texture():
 def test_concat_reads_and_writes_texture():
     out = pipeline(rules.Concat)
     assert scopes(out) == {
-        "x": G, "w1": G, "w2": G, "w3": G, "lv": TW, "lv1": G, "a": TW, "lv2": TW,
-        "lv3": G, "b": TW, "ab": TW, "lv4": G, "lv5": G, "gv": G,
+        "x": G, "w1": G, "w2": G, "w3": G, "lv": TW, "lv1": TW, "a": TW, "lv2": TW,
+        "lv3": TW, "b": TW, "ab": TW, "lv4": TW, "lv5": G, "gv": G,
     }
     assert copies(out) == []
 
 
 def test_max_pool_reads_texture():
     out = pipeline(rules.MaxPool)
-    assert scopes(out) == {"x": G, "w": G, "lv": TW, "lv1": G, "c": TW, "lv2": G, "gv": G}
+    assert scopes(out) == {"x": G, "w": G, "lv": TW, "lv1": TW, "c": TW, "lv2": G, "gv": G}
 
 
 def test_reductions_read_buffers_so_the_conv_writes_one():
@@ -68,7 +68,7 @@ def test_reductions_read_buffers_so_the_conv_writes_one():
 
 def test_softmax_reads_a_buffer():
     out = pipeline(rules.Softmax)
-    assert scopes(out) == {"x": G, "w": G, "lv": TW, "lv1": G, "c": G, "lv2": G, "gv": G}
+    assert scopes(out) == {"x": G, "w": G, "lv": TW, "lv1": TW, "c": G, "lv2": G, "gv": G}
 
 
 def test_one_dimensional_params_are_never_textures_nor_copied():
@@ -178,14 +178,27 @@ def test_each_field_of_a_split_gets_its_own_scope():
     assert copies(out) == []
 
 
+def symbolic_scopes(out):
+    """Scopes of the tensors whose shape is not static."""
+    variables = list(out["main"].params) + [b.var for b in out["main"].body.blocks[0].bindings]
+    return {v.name: str(v.ty.vdevice.memory_scope) for v in variables
+            if isinstance(v.ty, relax.TensorType)
+            and (v.ty.shape is None
+                 or not all(isinstance(d, tvm.tirx.IntImm) for d in v.ty.shape.values))}
+
+
 def test_symbolic_shapes_stay_buffers():
     out = pipeline(rules.Symbolic)
-    assert set(scopes(out).values()) == {G}
+    found = symbolic_scopes(out)
+    assert found and set(found.values()) == {G}
+    # The static weight still packs into a texture for the conv.
+    assert scopes(out)["lv1"] == TW
 
 
 def test_a_shapeless_input_cast_to_a_symbolic_shape_is_fine():
     out = pipeline(rules.MatchCast)
-    assert set(scopes(out).values()) == {G}
+    found = symbolic_scopes(out)
+    assert found and set(found.values()) == {G}
     assert out["main"].params[0].ty.ndim == 4  # annotated, not loosened
 
 

@@ -1,7 +1,5 @@
 """The optimal planner: exact against exhaustive search, never worse than local."""
 
-import itertools
-
 import pytest
 from hypothesis import assume, event, given, settings
 
@@ -10,69 +8,9 @@ import texscope
 from conftest import ADRENO, run_pass
 from fuzz_models import build, recipes
 from modules import rules
-from texscope import collect_consumer, collect_producer, cost, registry
-from texscope.collect_producer import writable
+from texscope import collect_consumer, collect_producer, registry
+from texscope.exhaustive import exhaustive, plan_units as plan_cost_units
 from texscope.registry import Storage
-
-MAX_FREE = 14
-
-
-def exhaustive(consumers):
-    """The least cost over every storage assignment the constraints allow, or
-    None when there are too many to try."""
-    graph = consumers.graph
-    tensor_options = [sorted(writable(graph, t)[0], key=lambda s: s.value) for t in graph.tensors]
-    groups, members = {}, []
-    for tensor in graph.tensors:
-        for position, demand in enumerate(consumers.demands[tensor.index]):
-            sync = graph.calls[demand.call].support.sync_rules() if demand.call is not None else ()
-            key = (demand.call, "inputs") if "inputs" in sync else (demand.call, demand.operand)
-            groups.setdefault(key, set(demand.accepts))
-            groups[key] &= demand.accepts
-            members.append((tensor.index, position, key))
-    keys = list(groups)
-    free = sum(len(o) > 1 for o in tensor_options) + sum(len(groups[k]) > 1 for k in keys)
-    if free > MAX_FREE or any(not groups[k] for k in keys):
-        return None
-    best = None
-    for storages in itertools.product(*tensor_options):
-        for labels in itertools.product(*(sorted(groups[k], key=lambda s: s.value) for k in keys)):
-            label = dict(zip(keys, labels))
-            if not _synced(graph, storages, label):
-                continue
-            reads = [[None] * len(consumers.demands[t.index]) for t in graph.tensors]
-            for tensor, position, key in members:
-                reads[tensor][position] = label[key]
-            total = cost.assignment_cost(consumers, storages, reads)
-            best = total if best is None or total < best else best
-    return best
-
-
-def _synced(graph, storages, label):
-    for site in graph.calls:
-        sync = site.support.sync_rules()
-        if "outputs" in sync and len({storages[t] for t in site.outputs}) > 1:
-            return False
-        if "primary" in sync and site.outputs and site.operands and site.operands[0] is not None:
-            key = (site.index, "inputs") if "inputs" in sync else (site.index, 0)
-            if label[key] is not storages[site.outputs[0]]:
-                return False
-    return True
-
-
-def plan_cost_units(plan):
-    storages = [c.storage for c in plan.choices]
-    reads = []
-    for tensor in plan.graph.tensors:
-        row = []
-        for demand in plan.consumers.demands[tensor.index]:
-            if demand.call is None:
-                row.append(Storage.BUFFER)
-            else:
-                scope = plan.reads[demand.call][demand.operand]
-                row.append(Storage.TEXTURE if "texture" in scope else Storage.BUFFER)
-        reads.append(row)
-    return cost.assignment_cost(plan.consumers, storages, reads)
 
 
 @pytest.fixture

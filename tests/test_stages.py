@@ -52,9 +52,11 @@ def test_collect_consumer_lists_every_demand():
     # The unpacking transform reads a buffer; the function's result goes back as a buffer.
     assert [(d.consumer, d.accepts) for d in info.of("p")] == [("lv3", BUFFER)]
     assert [(d.consumer, d.accepts) for d in info.of("lv3")] == [(RETURN, BUFFER)]
-    # The packed input feeds conv2d's data operand; the packed weights its kernel operand.
+    # The packed input feeds conv2d's data operand; the packed weights its kernel
+    # operand, which reads either storage and gains from a texture.
     assert [(d.consumer, d.operand, d.wants) for d in info.of("lv")] == [("c", 0, Storage.TEXTURE)]
-    assert [(d.consumer, d.operand, d.wants) for d in info.of("lv1")] == [("c", 1, Storage.BUFFER)]
+    assert [(d.consumer, d.operand, d.accepts, d.wants) for d in info.of("lv1")] == [
+        ("c", 1, ANY, Storage.TEXTURE)]
 
 
 def test_collect_consumer_falls_back_to_buffer_when_a_tensor_cannot_be_a_texture():
@@ -73,12 +75,12 @@ def test_collect_producer_settles_the_conflict():
         Storage.TEXTURE, TW, ("global",), ("m", "s"),
     )
     assert c.copy_bytes == 1 * 2 * 16 * 16 * 4 * 4
-    assert info.of("lv1").scope == "global" and info.of("lv1").copied_to == ()
+    assert info.of("lv1").scope == TW and info.of("lv1").copied_to == ()
     assert info.copies == 1
     calls = {site.name: site.index for site in info.graph.calls}
-    assert info.reads[calls["p"]] == (TW, "global")
+    assert info.reads[calls["p"]] == (TW, TW)
     assert info.reads[calls["m"]] == ("global",)
-    assert info.reads[calls["c"]] == (TW, "global")
+    assert info.reads[calls["c"]] == (TW, TW)
 
 
 def test_define_vdevice_hints_every_tensor_argument_and_types_every_call():

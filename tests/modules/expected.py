@@ -27,12 +27,13 @@ ADRENO = {
 }
 
 
-# The layout transform of x writes a texture, conv2d reads it; conv2d's output
-# feeds only the unpacking transform, which reads buffers: it is written global.
+# The layout transforms of x and w write textures, conv2d reads both; conv2d's
+# output feeds only the unpacking transform, which reads buffers: it is written
+# global.
 @I.ir_module(check_well_formed=False)
 class SeedExpected:
     I.module_attrs({"texscope_target": "opencl"})
-    I.module_global_infos({"vdevice": [I.vdevice(ADRENO, 0, "global"), I.vdevice(ADRENO, 0, "global.texture-nhwc")]})
+    I.module_global_infos({"vdevice": [I.vdevice(ADRENO, 0, "global"), I.vdevice(ADRENO, 0, "global.texture-nhwc"), I.vdevice(ADRENO, 0, "global.texture-weight")]})
     @T.prim_func(private=True, s_tir=True)
     def te_layout_transform(x: T.Buffer((T.int64(2), T.int64(64), T.int64(56), T.int64(56)), "float32"), te_layout_transform: T.Buffer((T.int64(2), T.int64(16), T.int64(56), T.int64(56), T.int64(4)), "float32")):
         T.func_attr({"op_pattern": 8, "texscope_op": {"op": "relax.layout_transform"}, "tirx.noalias": True})
@@ -71,7 +72,7 @@ class SeedExpected:
         cls = SeedExpected
         with R.dataflow():
             lv = R.call_tir(cls.te_layout_transform, (x,), out_ty=R.Tensor((2, 16, 56, 56, 4), dtype="float32", vdevice="opencl:1:global.texture-nhwc"))
-            lv1 = R.call_tir(cls.te_layout_transform1, (w,), out_ty=R.Tensor((8, 64, 3, 3, 4), dtype="float32", vdevice="opencl:0:global"))
+            lv1 = R.call_tir(cls.te_layout_transform1, (w,), out_ty=R.Tensor((8, 64, 3, 3, 4), dtype="float32", vdevice="opencl:2:global.texture-weight"))
             lv2: R.Tensor((2, 8, 54, 54, 4), dtype="float32", vdevice="opencl:0:global") = R.nn.conv2d(lv, lv1, strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1, data_layout="NCHW4c", kernel_layout="OIHW4o", out_layout="NCHW4c", out_dtype="float32")
             gv = R.call_tir(cls.te_layout_transform2, (lv2,), out_ty=R.Tensor((2, 32, 54, 54), dtype="float32", vdevice="opencl:0:global"))
             R.output(gv)
@@ -178,9 +179,9 @@ class ConflictExpected:
         cls = ConflictExpected
         with R.dataflow():
             lv = R.call_tir(cls.te_layout_transform, (x,), out_ty=R.Tensor((1, 2, 16, 16, 4), dtype="float32", vdevice="opencl:1:global.texture-weight"))
-            lv1 = R.call_tir(cls.te_layout_transform1, (w,), out_ty=R.Tensor((2, 8, 3, 3, 4), dtype="float32", vdevice="opencl:0:global"))
+            lv1 = R.call_tir(cls.te_layout_transform1, (w,), out_ty=R.Tensor((2, 8, 3, 3, 4), dtype="float32", vdevice="opencl:1:global.texture-weight"))
             c: R.Tensor((1, 2, 16, 16, 4), dtype="float32", vdevice="opencl:1:global.texture-weight") = R.nn.conv2d(lv, lv1, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1, data_layout="NCHW4c", kernel_layout="OIHW4o", out_layout="NCHW4c", out_dtype=None)
-            lv2 = R.call_tir(cls.te_layout_transform2, (k,), out_ty=R.Tensor((2, 8, 1, 1, 4), dtype="float32", vdevice="opencl:0:global"))
+            lv2 = R.call_tir(cls.te_layout_transform2, (k,), out_ty=R.Tensor((2, 8, 1, 1, 4), dtype="float32", vdevice="opencl:1:global.texture-weight"))
             p: R.Tensor((1, 2, 16, 16, 4), dtype="float32", vdevice="opencl:0:global") = R.nn.conv2d(c, lv2, strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1, data_layout="NCHW4c", kernel_layout="OIHW4o", out_layout="NCHW4c", out_dtype=None)
             c_global: R.Tensor((1, 2, 16, 16, 4), dtype="float32", vdevice="opencl:0:global") = R.to_vdevice(c, dst_vdevice="opencl:0:global")
             m = R.call_tir(cls.mean, (c_global,), out_ty=R.Tensor((1, 2, 4), dtype="float32", vdevice="opencl:0:global"))

@@ -62,3 +62,15 @@ class PackedInput:
             gv = R.nn.relu(b)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class NotLowered:
+    """A Relax operator left as it is: nothing the executor can launch."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32")):
+        with R.dataflow():
+            gv = R.nn.relu(x)
+            R.output(gv)
+        return gv

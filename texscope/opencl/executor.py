@@ -19,7 +19,7 @@ from ..errors import TexscopeError
 from .launches import Launch, ScalarArg, WorkspaceArg, kernel_launches
 from .memory import DeviceMemory
 from .program import KernelCall, TensorSpec, read_program
-from .source import default_device
+from .source import KERNEL, default_device
 
 
 @attrs.frozen
@@ -56,12 +56,27 @@ def _scalar(arg: ScalarArg):
     return np.dtype(arg.dtype).type(arg.value)
 
 
+def _declared_parameters(source: str) -> dict[str, list[str]]:
+    return {name: [p.strip() for p in params.split(",")]
+            for name, params in KERNEL.findall(source)}
+
+
 class _Launcher:
-    def __init__(self, cl, program, memory: DeviceMemory):
+    def __init__(self, cl, program, memory: DeviceMemory, source: str):
         self.cl = cl
         self.program = program
         self.memory = memory
         self.kernels: dict[str, object] = {}
+        self.declared = _declared_parameters(source)
+
+    def _check_declaration(self, launch: Launch, position: int, tensor: TensorSpec, binding: str):
+        """An image parameter must hold a texture, a pointer a buffer."""
+        declared = self.declared[launch.kernel][position]
+        if tensor.is_texture != ("image2d_array_t" in declared):
+            raise TexscopeError(
+                f"kernel {launch.kernel} declares `{declared}` for {tensor.name}, held in "
+                f"{tensor.scope!r}; the executor makes image2d_array_t images for textures "
+                "and buffers otherwise", "main", binding)
 
     def kernel(self, name: str, binding: str):
         if name not in self.kernels:
@@ -84,6 +99,7 @@ class _Launcher:
                 raise TexscopeError(
                     f"kernel {launch.kernel} takes {tensor.name} as {arg.scope!r} but the "
                     f"program holds it in {tensor.scope!r}", "main", call.binding)
+            self._check_declaration(launch, position, tensor, call.binding)
             kernel.set_arg(position, self.memory.allocate(tensor))
         return self.cl.enqueue_nd_range_kernel(
             self.memory.queue, kernel, launch.global_size, launch.local_size)
@@ -121,7 +137,7 @@ def run(result, inputs, device=None) -> RunResult:
         memory.upload(item.tensor, inputs[item.index])
     for constant in program.constants:
         memory.upload(constant.tensor, constant.value)
-    launcher = _Launcher(cl, compiled, memory)
+    launcher = _Launcher(cl, compiled, memory, result.opencl_source)
     events = []
     for step in program.steps:
         if isinstance(step, KernelCall):
