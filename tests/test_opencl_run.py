@@ -205,3 +205,25 @@ def test_an_operator_the_build_did_not_lower_is_named():
         opencl.run(attrs.evolve(result, module=opencl_cases.NotLowered),
                    verify.random_inputs(opencl_cases.NotLowered))
     assert err.value.function == "main" and err.value.binding == "gv"
+
+
+def test_kernels_the_opencl_compiler_rejects_are_a_texscope_error():
+    result = texscope.build(rules.Seed, "adreno-opencl")
+    broken = result.opencl_source.replace("write_imagef(", "write_image_nowhere(", 1)
+    with pytest.raises(texscope.TexscopeError, match="rejects the kernels"):
+        opencl.run(attrs.evolve(result, opencl_source=broken), verify.random_inputs(rules.Seed))
+
+
+def test_a_float16_model_builds_half_texel_kernels():
+    # TVM's Adreno conv compute writes float32 whatever the call asks, which
+    # FuseTIR rejected; texscope's compute keeps the call's type.
+    result = texscope.build(opencl_cases.Half, "adreno-opencl")
+    assert "READ_IMAGEH" in result.opencl_source and "write_imageh" in result.opencl_source
+    assert opencl.image_misuse(result.opencl_source) == []
+    device = opencl.default_device()
+    if "cl_khr_fp16" in device.extensions:
+        _, run, expected = run_and_compare(opencl_cases.Half)
+        assert verify.compare(run.outputs, expected, rtol=1e-2, atol=1e-2).ok
+    else:  # PoCL on a CPU: no half support, and the executor says so
+        with pytest.raises(texscope.TexscopeError, match="rejects the kernels"):
+            opencl.run(result, verify.random_inputs(opencl_cases.Half))

@@ -3,7 +3,9 @@
 TVM's Adreno legalization computes ``occ // (oc_chunk // groups)`` to find an
 output channel's group; for a depthwise conv ``oc_chunk < groups`` and that is a
 division by zero.  Here each output channel's input channels are indexed
-directly.  Ungrouped convs keep TVM's own compute.
+directly.  TVM's compute also writes float32 whatever the call's output type
+(float16 convs then fail in FuseTIR on mismatched buffers), so only ungrouped
+float32 convs keep it.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_d
 
 
 def conv2d_nchwc(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """Legalize a packed conv2d; TVM's Adreno compute when ungrouped."""
-    if int(call.attrs.groups) == 1:
+    """Legalize a packed conv2d; TVM's Adreno compute when ungrouped and float32."""
+    if int(call.attrs.groups) == 1 and str(call.ty.dtype) == "float32":
         return legalize_adreno.conv2d_NCHWc_OIHWo(bb, call)
     return bb.call_te(
         grouped_conv2d_nchwc, call.args[0], call.args[1],

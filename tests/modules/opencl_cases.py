@@ -74,3 +74,16 @@ class NotLowered:
             gv = R.nn.relu(x)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class Half:
+    """float16 throughout: RGBA half texels."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float16"), w: R.Tensor((8, 8, 3, 3), "float16")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1), out_dtype="float16")
+            gv = R.nn.relu(c)
+            R.output(gv)
+        return gv

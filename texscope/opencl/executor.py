@@ -19,7 +19,7 @@ from ..errors import TexscopeError
 from .launches import Launch, ScalarArg, WorkspaceArg, kernel_launches
 from .memory import DeviceMemory
 from .program import KernelCall, TensorSpec, read_program
-from .source import KERNEL, default_device
+from .source import KERNEL, default_device, pyopencl
 
 
 @attrs.frozen
@@ -46,10 +46,12 @@ class RunResult:
 
 @functools.lru_cache(maxsize=32)
 def _compiled(source: str, device):
-    import pyopencl as cl
-
+    cl = pyopencl()
     context = cl.Context([device])
-    return context, cl.Program(context, source).build()
+    try:
+        return context, cl.Program(context, source).build()
+    except cl.RuntimeError as err:
+        raise TexscopeError(f"{device.name.strip()} rejects the kernels: {err}") from None
 
 
 def _scalar(arg: ScalarArg):
@@ -121,8 +123,7 @@ def run(result, inputs, device=None) -> RunResult:
     -------
     RunResult
     """
-    import pyopencl as cl
-
+    cl = pyopencl()
     if result.kernels is None or not result.opencl_source:
         raise TexscopeError("this build has no OpenCL kernels to run (was it built for OpenCL?)")
     program = read_program(result.module)

@@ -19,13 +19,24 @@ IMAGE_ACCESS = re.compile(
 )
 
 
-def default_device():
-    """The first OpenCL device found."""
+def pyopencl():
+    """The pyopencl module, or a TexscopeError saying how to install it."""
     try:
-        import pyopencl as cl
+        import pyopencl as cl  # pylint: disable=import-outside-toplevel
     except ImportError as err:
         raise TexscopeError("pyopencl is not installed: pip install pyopencl") from err
-    for platform in cl.get_platforms():
+    return cl
+
+
+def default_device():
+    """The first OpenCL device found."""
+    cl = pyopencl()
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as err:  # no ICD installed at all
+        raise TexscopeError(f"no OpenCL platform found ({err}); apt-get install "
+                            "pocl-opencl-icd for a CPU one") from err
+    for platform in platforms:
         devices = platform.get_devices()
         if devices:
             return devices[0]
@@ -47,8 +58,7 @@ def device_target(device=None, base: str = "qcom/adreno-opencl-texture") -> dict
 
 def compile_source(source: str, device=None):
     """Build ``source`` with the device's OpenCL compiler; returns the program."""
-    import pyopencl as cl
-
+    cl = pyopencl()
     device = device or default_device()
     return cl.Program(cl.Context([device]), source).build()
 
