@@ -4,6 +4,7 @@ import attrs
 import numpy as np
 import pytest
 import tvm
+from tvm import relax
 
 import texscope
 from texscope import opencl, verify, zoo
@@ -11,10 +12,10 @@ from texscope.cli import main
 from texscope.opencl import memory
 from texscope.opencl.launches import TensorArg, WorkspaceArg, kernel_launches
 from texscope.opencl.program import Copy, KernelCall, read_program
-from texscope.specialize import SplitPrimFuncsBySignature
+from texscope.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 
 from conftest import run_pass
-from modules import opencl_cases, rules, signatures
+from modules import opencl_cases, rules, signatures, storage_views
 
 TOLERANCE = dict(rtol=1e-3, atol=1e-3)
 
@@ -227,3 +228,25 @@ def test_a_float16_model_builds_half_texel_kernels():
     else:  # PoCL on a CPU: no half support, and the executor says so
         with pytest.raises(texscope.TexscopeError, match="rejects the kernels"):
             opencl.run(result, verify.random_inputs(opencl_cases.Half))
+
+
+def test_a_kernel_that_packs_into_an_image_is_not_made_a_view():
+    out = run_pass(KeepStorageChangesAsKernels, storage_views.PackIntoImage)
+    tvm.ir.assert_structural_equal(out, storage_views.PackIntoImageKept)
+    # TVM's reshape rewrite now leaves the image-writing call alone; the
+    # buffer-to-buffer one still becomes a view.
+    lowered = relax.transform.RewriteDataflowReshape()(out)
+    values = [b.value for b in lowered["main"].body.blocks[0].bindings]
+    assert values[0].op.name == "relax.call_tir" and values[1].op.name == "relax.reshape"
+
+
+@pytest.mark.parametrize("name", ["resnet", "mobilenet_v2"])
+def test_mali_builds_compute_the_cpu_numbers_on_opencl(name):
+    # TVM's texture schedules are registered for Adreno only; texscope applies
+    # them on Mali too (the generic ones store scalars into texels).
+    mod = NETWORKS[name]()
+    result = texscope.build(mod, opencl.device_target(base="mali-opencl"))
+    inputs = verify.random_inputs(mod)
+    run = opencl.run(result, inputs)
+    assert_close(run, verify.reference_outputs(mod, inputs))
+    assert run.images > 0

@@ -43,7 +43,7 @@ from .convert_layout import ConvertToPackedLayout
 from .explain import report_html
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
-from .specialize import SplitPrimFuncsBySignature
+from .specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 from .targets import texture_target
 
 TIR_PIPELINE = "texscope_adreno"
@@ -99,6 +99,21 @@ def fuse_passes() -> list:
     ]
 
 
+def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
+    """An instance of one of TVM's Adreno dlight rules that also schedules for
+    other texture targets (Mali).
+
+    The rules write OpenCL images and nothing Adreno-only, but they refuse a
+    target without the "adreno" key; the generic GPU rules then store one lane
+    per thread into a texel, and a Mali build computes wrong numbers.
+    """
+
+    def is_target_available(self, target: tvm.target.Target) -> bool:
+        return dlight.ScheduleRule.is_target_available(self, target) and "texture" in target.keys
+
+    return type(rule_class.__name__, (rule_class,), {"is_target_available": is_target_available})()
+
+
 def optimize_passes(target: tvm.target.Target) -> list:
     """After annotation: legalize, fuse, fold copies, specialize (one PrimFunc
     per storage signature first), schedule."""
@@ -115,9 +130,11 @@ def optimize_passes(target: tvm.target.Target) -> list:
         # other kernel that writes a texture: the generic GPU fallback stores
         # one lane per thread, a scalar where write_imagef takes a texel.
         # (Both found by running the kernels on PoCL.)
-        dlight.ApplyDefaultSchedule(
-            dlight.adreno.Conv2d(), dlight.adreno.LayoutTransform(), dlight.adreno.Fallback()
-        ),
+        dlight.ApplyDefaultSchedule(*(
+            _on_every_texture_target(rule)
+            for rule in (dlight.adreno.Conv2d, dlight.adreno.LayoutTransform,
+                         dlight.adreno.Fallback)
+        )),
         dlight.ApplyDefaultSchedule(
             dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
         ),
@@ -126,6 +143,7 @@ def optimize_passes(target: tvm.target.Target) -> list:
 
 def lower_passes(target: tvm.target.Target) -> list:
     return [
+        KeepStorageChangesAsKernels,
         *relax.backend.gpu_generic.dataflow_lower_passes(target),
         *relax.backend.gpu_generic.finalize_passes(target),
     ]

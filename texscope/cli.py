@@ -108,9 +108,12 @@ def cmd_run(args) -> int:
     from . import opencl, verify
 
     model = load_model(args.model, args.module)
-    print(f"building for {args.target}")
-    result = build(model, args.target, log=_print_stage)
     device = opencl.default_device()
+    # Textures must fit this device's images as well as the target's.
+    target = opencl.device_target(device, args.target)
+    print(f"building for {args.target} (texture limits {target['texture_spatial_limit']} x "
+          f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
+    result = build(model, target, log=_print_stage)
     inputs = verify.random_inputs(model, seed=args.seed)
     run = opencl.run(result, inputs, device)
     check = verify.compare(run.outputs, verify.reference_outputs(model, inputs),

@@ -1,4 +1,5 @@
-"""One PrimFunc per storage signature, before call-site specialization.
+"""Call sites that carry storage: one PrimFunc per storage signature, and
+storage changes that stay kernels.
 
 TVM 0.27's ``SpecializePrimFuncBasedOnCallSite`` writes the memory scopes of
 a call site into the PrimFunc it calls, in place.  When one PrimFunc is
@@ -74,16 +75,56 @@ def split_prim_funcs_by_signature(mod: tvm.IRModule) -> tvm.IRModule:
             value = binding.value
             if not isinstance(value, relax.Call):
                 return rebuilder.substitute(value)
-            args = [rebuilder.substitute(arg) for arg in value.args]
             if _is_call_tir(value):
-                args[0] = callee[value.args[0], _signature(value)]
-            return relax.Call(value.op, args, value.attrs, value.ty_args)
+                return rebuilder.substitute_call(value, callee[value.args[0], _signature(value)])
+            return rebuilder.substitute_call(value)
 
         rewritten[gvar] = rebuilder.run(func, list(func.params), rewrite)
     return replace_functions(extended, rewritten)
+
+
+def _changes_storage(binding) -> bool:
+    value = binding.value
+    return _is_call_tir(value) and len(set(_signature(value))) > 1
+
+
+def keep_storage_changes_as_kernels(mod: tvm.IRModule) -> tvm.IRModule:
+    """Bind every ``call_tir`` whose tensors are not all in one storage to a
+    dataflow output variable.
+
+    ``RewriteDataflowReshape`` turns a call of a reshape-like PrimFunc into a
+    view of its input, and it only looks at dataflow variables.  A kernel that
+    packs a buffer into an image (a layout transform that moves no element
+    within the buffer) is reshape-like, but the image is new memory: as a view
+    the image would alias the buffer, and VM code generation then fails.
+    """
+    rewritten = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, relax.Function) or not any(
+                _changes_storage(b) and isinstance(b.var, relax.DataflowVar)
+                for block in func.body.blocks for b in block.bindings):
+            continue
+        rebuilder = Rebuilder(mod)
+
+        def rewrite(binding, rebuilder=rebuilder):
+            value = binding.value
+            if isinstance(value, relax.Call):
+                return rebuilder.substitute_call(value)
+            return rebuilder.substitute(value)
+
+        rewritten[gvar] = rebuilder.run(
+            func, list(func.params), rewrite,
+            var_type=lambda b: relax.Var if _changes_storage(b) else type(b.var))
+    return replace_functions(mod, rewritten) if rewritten else mod
 
 
 @tvm.transform.module_pass(opt_level=0, name="texscope.SplitPrimFuncsBySignature")
 def SplitPrimFuncsBySignature(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
     """:func:`split_prim_funcs_by_signature` as a pass."""
     return split_prim_funcs_by_signature(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.KeepStorageChangesAsKernels")
+def KeepStorageChangesAsKernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
+    """:func:`keep_storage_changes_as_kernels` as a pass."""
+    return keep_storage_changes_as_kernels(mod)

@@ -43,16 +43,19 @@ def default_device():
     raise TexscopeError("no OpenCL device found (apt-get install pocl-opencl-icd for a CPU one)")
 
 
-def device_target(device=None, base: str = "qcom/adreno-opencl-texture") -> dict:
-    """``base`` as target JSON with the texture limits of an OpenCL device, so
-    that every texture the plan makes can be created there (PoCL's images stop
-    at 8192 texels a side where Adreno's reach 16384)."""
-    import tvm
+def device_target(device=None, base="qcom/adreno-opencl-texture") -> dict:
+    """``base`` (a target, tag, preset name or JSON) as target JSON whose texture
+    limits are no larger than an OpenCL device's, so that every texture the plan
+    makes can be created there (PoCL's images stop at 8192 texels a side where
+    Adreno's reach 16384)."""
+    from ..targets import texture_target  # pylint: disable=import-outside-toplevel
 
     device = device or default_device()
-    spec = json.loads(str(tvm.target.Target(base)))
-    spec["texture_spatial_limit"] = min(device.image2d_max_width, device.image2d_max_height)
-    spec["texture_depth_limit"] = device.image_max_array_size
+    texture = texture_target(base)
+    spec = json.loads(str(texture.target))
+    spec["texture_spatial_limit"] = min(texture.spatial_limit, device.image2d_max_width,
+                                        device.image2d_max_height)
+    spec["texture_depth_limit"] = min(texture.depth_limit, device.image_max_array_size)
     return spec
 
 
