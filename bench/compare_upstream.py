@@ -11,7 +11,8 @@ Printed per network, for upstream, texscope ``local`` and texscope ``optimal``:
 - broken: ``texscope.verify.check_invariants`` violations of the annotated
   module (a 1-D "texture", a kernel writing a texture its schedule cannot
   write...): a plan with violations is cheap on paper only;
-- time: annotation alone, median of 3, and its ratio to upstream's.
+- time: annotation alone, median of 7 after a warm-up (garbage collection off
+  while timing, as timeit does), and its ratio to upstream's.
 
 Then, for the smaller graphs, the optimal planner's plan against exhaustive
 search over every assignment (``texscope.exhaustive``).
@@ -24,6 +25,7 @@ Run: ``python bench/compare_upstream.py [network ...]``
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -38,6 +40,7 @@ from texscope.exhaustive import exhaustive, plan_units
 from texscope.verify import check_invariants
 
 TARGET = tvm.target.Target("qcom/adreno-opencl-texture")
+REPEAT = 7
 # Graphs small enough to try exhaustive search on (free choices are checked too).
 EXHAUSTIVE_CALLS = 64
 EXHAUSTIVE_FREE = 16
@@ -59,11 +62,18 @@ def is_texture(expr) -> bool:
 
 
 def measure(annotate, stage1):
+    annotate(stage1)  # warm-up: caches, lazily registered functions
     times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        annotated = annotate(stage1)
-        times.append(time.perf_counter() - start)
+    for _ in range(REPEAT):
+        # As timeit does: no garbage collection inside the timed region.
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            annotated = annotate(stage1)
+            times.append(time.perf_counter() - start)
+        finally:
+            gc.enable()
     conv_tex = sum(
         is_texture(call.args[0]) for call in main_calls(annotated) if call.op.name == "relax.nn.conv2d"
     )
