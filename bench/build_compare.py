@@ -2,7 +2,8 @@
 
 Upstream is ``relax.backend.adreno.get_default_pipeline`` given the same TIR
 pipeline fix (``tir_pipeline="texscope_adreno"``), so both emit image kernels.
-Printed per network: build time (median of 3), kernels, kernels taking images,
+Printed per network: build time (median of 5 after a warm-up, garbage
+collection off while timing), kernels, kernels taking images,
 ``to_vdevice`` copies left after fusion, whether PoCL compiles the kernels.
 
 Run: ``python bench/build_compare.py [network ...]``
@@ -10,6 +11,7 @@ Run: ``python bench/build_compare.py [network ...]``
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -22,6 +24,7 @@ from texscope import opencl, zoo
 from texscope.build import TIR_PIPELINE, _device_source, kernel_signatures
 
 TARGET = tvm.target.Target("qcom/adreno-opencl-texture", host="llvm")
+REPEAT = 5
 DEFAULT = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 
 
@@ -61,12 +64,20 @@ def texscope_build(mod):
 
 
 def measure(build_fn, name):
+    mod = zoo.NETWORKS[name]()
     times = []
     try:
-        for _ in range(3):
-            start = time.perf_counter()
-            source, copies = build_fn(zoo.NETWORKS[name]())
-            times.append(time.perf_counter() - start)
+        build_fn(mod)  # warm-up: lazily registered functions, caches
+        for _ in range(REPEAT):
+            # As timeit does: no garbage collection inside the timed region.
+            gc.collect()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                source, copies = build_fn(mod)
+                times.append(time.perf_counter() - start)
+            finally:
+                gc.enable()
     except Exception as err:  # upstream crashes on some networks: report, go on
         return f"crash: {type(err).__name__}: {str(err).splitlines()[0][:50]}"
     kernels = kernel_signatures(source)
