@@ -1,14 +1,22 @@
 """Random modules through the whole pipeline: well formed, invariants kept,
-numbers unchanged.  ``pytest -m fuzz --hypothesis-profile long`` runs thousands."""
+numbers unchanged on the CPU, and on OpenCL after a full build.
+
+``pytest -m fuzz --hypothesis-profile long`` runs thousands of the first;
+the OpenCL one builds and runs every module, so it takes its count from
+``TEXSCOPE_OPENCL_FUZZ_EXAMPLES`` (25 by default).
+"""
+
+import os
 
 import pytest
-from hypothesis import event, example, given
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 import texscope
 from conftest import ADRENO, TINY
 from fuzz_models import build, recipes
-from texscope.verify import check_invariants, equivalent
+from texscope import opencl
+from texscope.verify import check_invariants, equivalent, run_on_opencl
 
 @pytest.mark.fuzz
 @given(recipe=recipes(), tiny=st.booleans())
@@ -26,4 +34,17 @@ def test_random_modules_keep_invariants_and_numbers(recipe, tiny):
     event(f"textures: {'yes' if 'texture' in text else 'no'}")
     event(f"copies: {text.count('R.to_vdevice(')}")
     comparison = equivalent(before, after)
+    assert comparison.ok, comparison
+
+
+@pytest.mark.fuzz
+@settings(max_examples=int(os.environ.get("TEXSCOPE_OPENCL_FUZZ_EXAMPLES", 25)))
+@given(recipe=recipes(max_steps=5), tiny=st.booleans())
+# Found by this test: constants reaching a kernel crashed the OpenCL executor.
+@example(recipe=(4, 8, 4, (("conv", 0, 0, True), ("bias_add", 1, 0, True))), tiny=False)
+def test_random_modules_run_on_opencl_as_on_the_cpu(recipe, tiny):
+    device_limits = opencl.device_target(base="adreno-opencl")
+    target = dict(device_limits, texture_spatial_limit=64, texture_depth_limit=16) if tiny \
+        else device_limits
+    comparison = run_on_opencl(build(recipe), target)
     assert comparison.ok, comparison

@@ -113,7 +113,7 @@ class _Walker:
             return self.values[expr]
         if isinstance(expr, RelaxConstant):
             spec = _spec(f"{name}.const{len(self.constants)}", expr.ty)
-            self.constants.append(Constant(spec, expr.data.numpy()))
+            self.constants.append(Constant(spec, expr.value.numpy()))
             return spec
         if isinstance(expr, relax.Tuple):
             return tuple(self.value(field, name) for field in expr.fields)
