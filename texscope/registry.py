@@ -294,12 +294,15 @@ BUILTIN: tuple[OpSupport, ...] = (
             name=f"{op.rsplit('.', 1)[1]}_nchw4c",
             key=OpKey(op, {"layout": "NCHW4c"}),
             inputs=(ANY,),
-            # Its schedule stores scalars, and a texel store takes 4 lanes.
+            # No TVM 0.27 schedule writes a pool's texels right: Adreno's Pool2D
+            # repeats lane 3 in all four, its texture fallback fails on strided
+            # and padded pools (both seen on PoCL).  The generic GPU rules
+            # write buffers correctly.
             outputs=(BUFFER,),
             texture_gain=0.5,
             sync=NO_SYNC,
-            note="the Adreno Pool2D schedule reads packed texels (or a buffer); "
-            "it writes scalars, so a buffer",
+            note="reads packed texels (or a buffer); written as a buffer, since no "
+            "TVM schedule writes a pool's texels correctly",
         )
         for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
     ),

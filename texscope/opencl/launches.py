@@ -21,6 +21,8 @@ from ..errors import TexscopeError
 _CALL_KERNEL = "tirx.call_ffi_kernel"
 _BUFFER_DATA = "tirx.buffer_data"
 _AXES = "xyz"
+# CallingConv::kDeviceKernelLaunch: what SplitHostDevice marks a device kernel with.
+_DEVICE_KERNEL = 2
 
 
 @attrs.frozen
@@ -63,7 +65,7 @@ class Launch:
 
 
 def _host_function(func: tirx.PrimFunc) -> bool:
-    return int(func.attrs.get("calling_conv", 0) if func.attrs else 0) != 2
+    return int(func.attrs.get("calling_conv", 0) if func.attrs else 0) != _DEVICE_KERNEL
 
 
 def _unsupported(func_name: str, what: str) -> TexscopeError:
