@@ -1,12 +1,14 @@
 """Each stage alone, its results compared field by field."""
 
+import numpy as np
 import tvm
 from tvm import relax
 
 import texscope
 from conftest import ADRENO, run_pass
-from modules import annotated, rules
+from modules import annotated, folding, rules
 from texscope.cleanup import Cleanup
+from texscope.convert_layout import FoldConstantsIfAny
 from texscope.collect_consumer import RETURN
 from texscope.registry import ANY, BUFFER, TEXTURE, Storage
 
@@ -114,3 +116,14 @@ def test_cleanup_folds_a_texture_only_ever_copied_to_a_buffer():
 def test_cleanup_keeps_a_copy_when_the_texture_has_other_readers():
     out = run_pass(Cleanup(), annotated.TextureAlsoReadDirectly)
     tvm.ir.assert_structural_equal(out, annotated.TextureAlsoReadDirectly)
+
+
+def test_stage1_folds_constants_only_where_something_folds():
+    folded = run_pass(FoldConstantsIfAny, folding.ConstantScale)
+    (product,) = folded["main"].body.blocks[0].bindings  # the sum became a constant
+    assert product.value.op.name == "relax.multiply"
+    total = product.value.args[1]
+    assert isinstance(total, tvm.ir.expr.Constant)
+    np.testing.assert_array_equal(total.value.numpy(), 2 * folding.SCALE)
+    # A constant next to a variable folds nothing: FoldConstant is not run.
+    assert run_pass(FoldConstantsIfAny, folding.NothingToFold).same_as(folding.NothingToFold)

@@ -83,6 +83,33 @@ def _redirect_calls(func: relax.Function, canonical: dict) -> relax.Function:
                           func.is_pure, func.attrs)
 
 
+def _all_constant(expr) -> bool:
+    """No variable among the (possibly nested tuple) argument ``expr``."""
+    if isinstance(expr, relax.Tuple):
+        return all(_all_constant(field) for field in expr.fields)
+    return not isinstance(expr, relax.Var)
+
+
+def _foldable(mod: tvm.IRModule) -> bool:
+    """Whether some operator call has only constant arguments.
+
+    Relax's FoldConstant legalizes calls to find out, which costs more than a
+    tenth of a ResNet build when nothing folds (weights as parameters).
+    """
+    return any(
+        isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
+        and all(_all_constant(arg) for arg in binding.value.args)
+        for func in mod.functions.values() if isinstance(func, relax.Function)
+        for block in func.body.blocks for binding in block.bindings
+    )
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.FoldConstantsIfAny")
+def FoldConstantsIfAny(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
+    """FoldConstant, skipped when no call has only constant arguments."""
+    return relax.transform.FoldConstant()(mod) if _foldable(mod) else mod
+
+
 def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """LegalizeOps for all but the kept operators, recording attributes where
     the registry decides by them, then AnnotateTIROpPattern."""
@@ -120,7 +147,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
                 PadChannels(),
                 relax.transform.ConvertLayout({}, registry.desired_layouts),
                 relax.transform.Normalize(),
-                relax.transform.FoldConstant(),
+                FoldConstantsIfAny,
                 LegalizeKeepingAttrs(),
             ]
         )
