@@ -11,7 +11,8 @@ from texscope import opencl, verify, zoo
 from texscope.cli import main
 from texscope.opencl import memory
 from texscope.opencl.launches import TensorArg, WorkspaceArg, kernel_launches
-from texscope.opencl.program import Copy, KernelCall, read_program
+from texscope.opencl.program import Copy, KernelCall, TensorSpec, read_program
+from texscope.opencl.source import pyopencl
 from texscope.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 
 from conftest import run_pass
@@ -250,3 +251,19 @@ def test_mali_builds_compute_the_cpu_numbers_on_opencl(name):
     run = opencl.run(result, inputs)
     assert_close(run, verify.reference_outputs(mod, inputs))
     assert run.images > 0
+
+
+@pytest.mark.parametrize("source, target", [
+    ("global", "global.texture-nhwc"), ("global.texture-nhwc", "global"),
+    ("global.texture-nhwc", "global.texture"), ("global.texture", "global.texture"),
+])
+def test_copies_between_storages_keep_every_element(source, target):
+    cl = pyopencl()
+    context = cl.Context([opencl.default_device()])
+    mem = memory.DeviceMemory(cl, context, cl.CommandQueue(context))
+    values = np.arange(2 * 3 * 5 * 7 * 4, dtype="float32").reshape(2, 3, 5, 7, 4)
+    a = TensorSpec("a", values.shape, "float32", source)
+    b = TensorSpec("b", values.shape, "float32", target)
+    mem.upload(a, values)
+    mem.copy(a, b)
+    np.testing.assert_array_equal(mem.download(b), values)

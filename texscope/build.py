@@ -24,7 +24,6 @@ a primitive type right after TextureFlatten, so the lanes are packed into one
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from . import legalize as packed_conv
 from .cleanup import FoldTextureCopies
 from .convert_layout import ConvertToPackedLayout
 from .explain import report_html
+from .opencl.source import kernel_signatures
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
 from .specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
@@ -243,14 +243,6 @@ class BuildResult:
         (out / "report.md").write_text(self.report.to_markdown())
         report_html(self.report, out / "report.html")
         return out
-
-
-KERNEL_DEFINITION = re.compile(r"__kernel void (\w+)\(([^)]*)\)\s*\{")
-
-
-def kernel_signatures(source: str) -> dict[str, str]:
-    """Kernel name to parameter list, for the kernels defined in ``source``."""
-    return {m.group(1): m.group(2) for m in KERNEL_DEFINITION.finditer(source)}
 
 
 def _device_source(executable) -> str:

@@ -19,7 +19,7 @@ from ..errors import TexscopeError
 from .launches import Launch, ScalarArg, WorkspaceArg, kernel_launches
 from .memory import DeviceMemory
 from .program import KernelCall, TensorSpec, read_program
-from .source import KERNEL, default_device, pyopencl
+from .source import default_device, kernel_signatures, pyopencl
 
 
 @attrs.frozen
@@ -58,18 +58,14 @@ def _scalar(arg: ScalarArg):
     return np.dtype(arg.dtype).type(arg.value)
 
 
-def _declared_parameters(source: str) -> dict[str, list[str]]:
-    return {name: [p.strip() for p in params.split(",")]
-            for name, params in KERNEL.findall(source)}
-
-
 class _Launcher:
     def __init__(self, cl, program, memory: DeviceMemory, source: str):
         self.cl = cl
         self.program = program
         self.memory = memory
         self.kernels: dict[str, object] = {}
-        self.declared = _declared_parameters(source)
+        self.declared = {name: [p.strip() for p in params.split(",")]
+                         for name, params in kernel_signatures(source).items()}
 
     def _check_declaration(self, launch: Launch, position: int, tensor: TensorSpec, binding: str):
         """An image parameter must hold a texture, a pointer a buffer."""

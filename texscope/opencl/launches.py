@@ -84,7 +84,7 @@ class _HostReader:
 
     def visit(self, node, visitor):
         if isinstance(node, tirx.DeclBuffer):
-            self.tensor_of[node.buffer] = self._tensor(node.data)
+            self.tensor_of[node.buffer] = self._bound(node.data)
         elif isinstance(node, (tirx.For, tirx.While)):
             raise _unsupported(self.name, "a host loop around kernel launches")
         elif isinstance(node, tirx.AllocBuffer):
@@ -103,7 +103,9 @@ class _HostReader:
         nbytes = math.prod(int(d.value) for d in ty.shape) * dtype.bits * dtype.lanes // 8
         return WorkspaceArg(str(buffer.name), nbytes)
 
-    def _tensor(self, data) -> int | WorkspaceArg:
+    def _bound(self, data) -> int | WorkspaceArg:
+        """What a ``buffer_data(buffer)`` expression points at: a tensor
+        parameter's index or a workspace."""
         if (isinstance(data, tvm.ir.Call) and data.op.name == _BUFFER_DATA
                 and data.args[0] in self.tensor_of):
             return self.tensor_of[data.args[0]]
@@ -135,20 +137,13 @@ class _HostReader:
 
     def _arg(self, value, param) -> TensorArg | WorkspaceArg | ScalarArg:
         if isinstance(param.ty, tvm.ir.PointerType):
-            if not (isinstance(value, tvm.ir.Call) and value.op.name == _BUFFER_DATA):
-                raise _unsupported(self.name, f"the pointer argument {value}")
-            bound = self.tensor_of_buffer(value.args[0])
+            bound = self._bound(value)
             if isinstance(bound, WorkspaceArg):
                 return bound
             return TensorArg(bound, str(param.ty.storage_scope))
         if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
             return ScalarArg(value.value, str(value.dtype))
         raise _unsupported(self.name, f"the run-time scalar argument {value}")
-
-    def tensor_of_buffer(self, buffer) -> int | WorkspaceArg:
-        if buffer not in self.tensor_of:
-            raise _unsupported(self.name, f"a kernel argument {buffer} that is not a tensor parameter")
-        return self.tensor_of[buffer]
 
 
 def kernel_launches(lowered: tvm.IRModule) -> dict[str, tuple[Launch, ...]]:

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..errors import TexscopeError
-from ..targets import FLAVOUR_AXES, TEXEL_LANES
+from ..targets import BUFFER_SCOPE, FLAVOUR_AXES, TEXEL_LANES
 from .program import TensorSpec
 
 _CHANNEL_TYPES = {"float32": "FLOAT", "float16": "HALF_FLOAT"}
@@ -119,7 +119,8 @@ class DeviceMemory:
                 return enqueue(self.queue, dst, src, src_origin=(0, 0, 0),
                                dest_origin=(0, 0, 0), region=image_extent(source))
             # Different flavours fold the axes differently: go through a buffer.
-            staging = TensorSpec(f"{source.name}->{target.name}", source.shape, source.dtype, "global")
+            staging = TensorSpec(f"{source.name}->{target.name}", source.shape, source.dtype,
+                                 BUFFER_SCOPE)
             self.copy(source, staging)
             return self.copy(staging, target)
         if source.is_texture:

@@ -15,8 +15,8 @@ from tvm import relax
 
 from ..errors import TexscopeError
 from ..rebuild import Constant as RelaxConstant
+from ..targets import BUFFER_SCOPE
 
-BUFFER = "global"
 
 
 @attrs.frozen
@@ -79,7 +79,7 @@ class Program:
 
 def _scope(ty: relax.TensorType) -> str:
     vdevice = ty.vdevice
-    return str(vdevice.memory_scope) if vdevice is not None else BUFFER
+    return str(vdevice.memory_scope) if vdevice is not None else BUFFER_SCOPE
 
 
 def _spec(name: str, ty) -> TensorSpec:

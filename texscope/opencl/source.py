@@ -28,6 +28,11 @@ def pyopencl():
     return cl
 
 
+def kernel_signatures(source: str) -> dict[str, str]:
+    """Kernel name to parameter list, for the kernels defined in ``source``."""
+    return {m.group(1): m.group(2) for m in KERNEL.finditer(source)}
+
+
 def default_device():
     """The first OpenCL device found."""
     cl = pyopencl()
