@@ -32,7 +32,6 @@ import tvm
 import tvm_ffi
 from tvm import relax
 from tvm import s_tir
-from tvm.s_tir import dlight
 from tvm.s_tir.backend.adreno import pipeline as adreno_tir
 from tvm.tirx import compilation_pipeline
 
@@ -43,6 +42,7 @@ from .explain import report_html
 from .opencl.source import kernel_signatures
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
+from .schedule import schedule_passes
 from .specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 from .targets import texture_target
 
@@ -89,29 +89,14 @@ def fuse_passes() -> list:
     """After annotation: the remaining legalization, then fusion (as upstream)."""
     return [
         # The default legalization leaves packed convs to texscope's (any groups).
-        relax.transform.LegalizeOps(),
-        relax.transform.LegalizeOps(packed_conv.LEGALIZE),
+        relax.transform.LegalizeOps(packed_conv.REPLACED),
+        relax.transform.LegalizeOps(packed_conv.PACKED_CONV),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
     ]
-
-
-def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
-    """An instance of one of TVM's Adreno dlight rules that also schedules for
-    other texture targets (Mali).
-
-    The rules write OpenCL images and nothing Adreno-only, but they refuse a
-    target without the "adreno" key; the generic GPU rules then store one lane
-    per thread into a texel, and a Mali build computes wrong numbers.
-    """
-
-    def is_target_available(self, target: tvm.target.Target) -> bool:
-        return dlight.ScheduleRule.is_target_available(self, target) and "texture" in target.keys
-
-    return type(rule_class.__name__, (rule_class,), {"is_target_available": is_target_available})()
 
 
 def optimize_passes(target: tvm.target.Target) -> list:
@@ -124,20 +109,7 @@ def optimize_passes(target: tvm.target.Target) -> list:
         SplitPrimFuncsBySignature,
         relax.transform.SpecializePrimFuncBasedOnCallSite(),
         relax.transform.Normalize(),
-        # Not dlight.adreno.Pool2D: in TVM 0.27 it keeps one float of
-        # accumulator for a 4-lane texel, so every NCHW4c pool output holds
-        # lane 3's value four times.  And dlight.adreno.Fallback for every
-        # other kernel that writes a texture: the generic GPU fallback stores
-        # one lane per thread, a scalar where write_imagef takes a texel.
-        # (Both found by running the kernels on PoCL.)
-        dlight.ApplyDefaultSchedule(*(
-            _on_every_texture_target(rule)
-            for rule in (dlight.adreno.Conv2d, dlight.adreno.LayoutTransform,
-                         dlight.adreno.Fallback)
-        )),
-        dlight.ApplyDefaultSchedule(
-            dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
-        ),
+        *schedule_passes(),
     ]
 
 

@@ -20,12 +20,13 @@ from tvm import relax
 from . import registry
 from .errors import TexscopeError
 from .graph import require_shapes
+from .legalize import REPLACED
 from .pad_channels import PadChannels
 from .targets import texture_target
 
 
 def _recording(op_name: str, fields: list[str]):
-    default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
+    default = REPLACED.get(op_name) or tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         lowered = default(bb, call)

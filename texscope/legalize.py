@@ -1,4 +1,6 @@
-"""Legalization of packed (NCHW4c / OIHW4o) conv2d for any number of groups.
+"""Legalizations texscope uses in place of TVM's.
+
+Packed (NCHW4c / OIHW4o) conv2d, for any number of groups:
 
 TVM's Adreno legalization computes ``occ // (oc_chunk // groups)`` to find an
 output channel's group; for a depthwise conv ``oc_chunk < groups`` and that is a
@@ -6,10 +8,17 @@ division by zero.  Here each output channel's input channels are indexed
 directly.  TVM's compute also writes float32 whatever the call's output type
 (float16 convs then fail in FuseTIR on mismatched buffers), so only ungrouped
 float32 convs keep it.
+
+Layout transforms, as a gather: TVM writes a bijective layout transform as a
+loop over the input scattering to transformed indices, which
+AnnotateTIROpPattern can only call opaque, so nothing fuses with it and every
+packed batch-norm parameter or channel-padded input costs an extra kernel.
+Indexing each output element through the inverse map makes it injective.
 """
 
 from __future__ import annotations
 
+import tvm
 from tvm import relax, te, topi
 from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm.topi.nn.utils import get_pad_tuple
@@ -60,4 +69,36 @@ def conv2d_nchwc(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     )
 
 
-LEGALIZE = {"relax.nn.conv2d": conv2d_nchwc}
+def layout_transform_gather(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Legalize a layout transform as a gather through the inverse index map.
+
+    Falls back to TVM's legalization where the map pads (that one is a gather
+    already) or the input shape is symbolic.
+    """
+    data = call.args[0]
+    shape = data.ty.shape
+    index_map = call.attrs.index_map
+    if not isinstance(shape, relax.ShapeExpr) or not all(
+        isinstance(d, tvm.tirx.IntImm) for d in shape.values
+    ):
+        return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
+    inverse, padding = index_map.non_surjective_inverse(shape.values)
+    if not (isinstance(padding, tvm.tirx.IntImm) and int(padding) == 0):
+        return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
+
+    def gather(tensor):
+        return te.compute(
+            index_map.map_shape(list(tensor.shape)),
+            lambda *index: tensor(*inverse.map_indices(index)),
+            name="te_layout_transform",
+        )
+
+    return bb.call_te(gather, data, primfunc_name_hint="te_layout_transform")
+
+
+_DEFAULT_LAYOUT_TRANSFORM = tvm.ir.Op.get("relax.layout_transform").get_attr("FLegalize")
+
+# For LegalizeOps: packed convs once their layouts are NCHW4c/OIHW4o, and
+# operators texscope legalizes differently wherever they appear.
+PACKED_CONV = {"relax.nn.conv2d": conv2d_nchwc}
+REPLACED = {"relax.layout_transform": layout_transform_gather}

@@ -294,15 +294,11 @@ BUILTIN: tuple[OpSupport, ...] = (
             name=f"{op.rsplit('.', 1)[1]}_nchw4c",
             key=OpKey(op, {"layout": "NCHW4c"}),
             inputs=(ANY,),
-            # No TVM 0.27 schedule writes a pool's texels right: Adreno's Pool2D
-            # repeats lane 3 in all four, its texture fallback fails on strided
-            # and padded pools (both seen on PoCL).  The generic GPU rules
-            # write buffers correctly.
-            outputs=(BUFFER,),
+            outputs=(ANY,),
             texture_gain=0.5,
             sync=NO_SYNC,
-            note="reads packed texels (or a buffer); written as a buffer, since no "
-            "TVM schedule writes a pool's texels correctly",
+            note="reads and writes whole texels (texscope's TexelWriter schedule keeps "
+            "four lanes of accumulator)",
         )
         for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
     ),

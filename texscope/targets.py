@@ -29,6 +29,11 @@ FLAVOUR_AXES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 TEXEL_LANES = 4
 
 
+def is_texture_scope(scope) -> bool:
+    """Whether a memory scope names one of the texture flavours."""
+    return str(scope) in FLAVOUR_AXES
+
+
 @attrs.frozen
 class TexturePreset:
     """Texture capabilities of a GPU family.

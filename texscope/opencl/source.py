@@ -33,6 +33,11 @@ def kernel_signatures(source: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in KERNEL.finditer(source)}
 
 
+def kernel_bodies(source: str) -> dict[str, str]:
+    """Kernel name to its body (braces included), for the kernels defined in ``source``."""
+    return {m.group(1): _body(source, m.end() - 1) for m in KERNEL.finditer(source)}
+
+
 def default_device():
     """The first OpenCL device found."""
     cl = pyopencl()
@@ -85,9 +90,9 @@ def image_misuse(source: str) -> list[str]:
     """Places where a kernel touches an image argument other than through an
     image read, write or query (e.g. ``vload4`` on it, or pointer arithmetic)."""
     problems = []
-    for match in KERNEL.finditer(source):
-        name, params = match.group(1), match.group(2)
-        body = _body(source, match.end() - 1)
+    bodies = kernel_bodies(source)
+    for name, params in kernel_signatures(source).items():
+        body = bodies[name]
         for image in IMAGE_PARAM.findall(params):
             for use in re.finditer(rf"\b{image}\b", body):
                 before = body[: use.start()]

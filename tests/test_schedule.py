@@ -1,0 +1,71 @@
+"""texscope's legalizations and schedules: exact TIR, and kernels run on OpenCL."""
+
+import tvm
+from tvm import relax
+
+import texscope
+from conftest import ADRENO, run_pass
+from modules import texel_cases
+from texscope.legalize import REPLACED
+from texscope.opencl.program import KernelCall, read_program
+from texscope.opencl.source import kernel_bodies
+from texscope.schedule import TexelWriter
+from test_opencl_run import assert_close, run_and_compare
+
+
+def test_a_layout_transform_is_legalized_as_an_injective_gather():
+    out = run_pass(relax.transform.LegalizeOps(REPLACED), texel_cases.Pack)
+    tvm.ir.assert_structural_equal(out, texel_cases.PackGathered)
+    # TVM's own legalization scatters, which AnnotateTIROpPattern calls opaque.
+    patterns = [relax.transform.AnnotateTIROpPattern()(mod)["te_layout_transform"].attrs["op_pattern"]
+                for mod in (out, relax.transform.LegalizeOps()(texel_cases.Pack))]
+    assert patterns == [2, 8]
+
+
+def test_a_padding_layout_transform_keeps_tvms_legalization():
+    ours = run_pass(relax.transform.LegalizeOps(REPLACED), texel_cases.PackPadded)
+    tvm.ir.assert_structural_equal(ours, relax.transform.LegalizeOps()(texel_cases.PackPadded))
+
+
+def test_the_texel_writer_schedules_a_padded_strided_pool():
+    func = texel_cases.MaxPoolToTexture["max_pool2d"]
+    schedule = TexelWriter().apply(func, ADRENO, False)
+    tvm.ir.assert_structural_equal(schedule.mod["main"], texel_cases.MaxPoolScheduled["max_pool2d"])
+
+
+def test_the_texel_writer_takes_only_one_texture_output_on_texture_targets():
+    rule = TexelWriter()
+    assert rule.apply(texel_cases.TwoTextureOutputs["split"], ADRENO, False) is None
+    # A kernel writing a buffer is left to the other rules.
+    assert rule.apply(texel_cases.PackGathered["te_layout_transform"], ADRENO, False) is None
+    pool = texel_cases.MaxPoolToTexture["max_pool2d"]
+    assert rule.apply(pool, tvm.target.Target("opencl"), False) is None
+    assert rule.apply(pool, texscope.texture_target("mali-opencl").target, False) is not None
+
+
+def _kernels_of(result, needle):
+    calls = [s for s in read_program(result.module).steps
+             if isinstance(s, KernelCall) and needle in s.function]
+    return calls, kernel_bodies(result.opencl_source)
+
+
+def test_pools_between_convs_write_textures_and_compute_the_cpu_numbers():
+    result, run, expected = run_and_compare(texel_cases.PoolsBetweenConvs)
+    assert_close(run, expected)
+    pools, bodies = _kernels_of(result, "pool")
+    assert len(pools) == 3 and all(p.tensors[-1].is_texture for p in pools)
+    assert result.report.build["copies_left"] == 0
+    for pool in pools:
+        (body,) = [b for name, b in bodies.items() if name.startswith(pool.function)]
+        # A texel of accumulators, one texel store.
+        assert "float4" in body and body.count("write_imagef") == 1
+
+
+def test_channel_padding_and_packing_are_one_kernel():
+    result, run, expected = run_and_compare(texel_cases.RGBStem)
+    assert_close(run, expected)
+    steps = read_program(result.module).steps
+    (pack,) = [s for s in steps if isinstance(s, KernelCall) and s.tensors[0].name == "x"]
+    assert pack.tensors[-1].is_texture
+    # pad+pack x, pad+pack w, conv, unpack (each pad used to be a kernel of its own)
+    assert sum(isinstance(s, KernelCall) for s in steps) == 4

@@ -1,0 +1,141 @@
+"""Kernel schedules: TVM's Adreno dlight rules where they are right, the
+generic GPU rules elsewhere, and the fixes that make either write whole texels.
+
+Each choice here was made by running the kernels on OpenCL (PoCL):
+
+- ``dlight.adreno.Pool2D`` is not used: in TVM 0.27 it keeps one float of
+  accumulator for a 4-lane texel, so every NCHW4c pool output holds lane 3's
+  value four times.
+- Texture-writing kernels that no other rule takes go to
+  ``dlight.adreno.Fallback``, never to the generic GPU fallback: that one
+  stores one lane per thread, a scalar where ``write_imagef`` takes a texel.
+- TVM registers the Adreno rules for the "adreno" key only; without them a
+  Mali build computed wrong numbers, so they apply to every texture target.
+- Pools, fused pad-then-pack kernels and other kernels with one texture
+  output go to texscope's :class:`TexelWriter` first: TVM's Adreno fallback
+  fails on strided or padded pools (it decomposes the reduction before
+  caching the write), and on a channel-padding pack it leaves a
+  lane-dependent condition inside the texel store, which TVM's vectorizer
+  then rejects.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir import dlight
+
+from .targets import TEXEL_LANES, is_texture_scope
+
+
+def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
+    """An instance of one of TVM's Adreno dlight rules that also schedules for
+    other texture targets."""
+
+    def is_target_available(self, target: tvm.target.Target) -> bool:
+        return dlight.ScheduleRule.is_target_available(self, target) and "texture" in target.keys
+
+    return type(rule_class.__name__, (rule_class,), {"is_target_available": is_target_available})()
+
+
+def _texture_params(func: tvm.tirx.PrimFunc) -> list:
+    return [param for param in func.params
+            if isinstance(param.ty, tvm.tirx.BufferType)
+            and is_texture_scope(param.ty.storage_scope)]
+
+
+def _is_spatial(sch: s_tir.Schedule, block) -> bool:
+    return all(int(iv.iter_type) == tvm.tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
+
+
+def _writes_any(sch: s_tir.Schedule, block, params) -> bool:
+    return any(region.source.same_as(p) for region in sch.get(block).writes for p in params)
+
+
+class TexelWriter(dlight.ScheduleRule):
+    """One thread per output texel: the texel's four lanes (and any reduction
+    behind them) computed in registers, then stored with one vector write.
+
+    Matches a kernel writing one packed ``[d0, d1, d2, d3, 4]`` texture from
+    one block, fed by injective blocks (inlined here) and at most one other
+    block (a pool's sum before its division): fused pad-then-pack kernels,
+    pools, and element-wise tails.  Computing lanes as scalars keeps a
+    lane-dependent condition (channel padding) out of the vector store, and
+    a reduction keeps a full texel of accumulators, two things TVM 0.27's
+    Adreno rules get wrong.
+    """
+
+    def is_target_available(self, target: tvm.target.Target) -> bool:
+        return super().is_target_available(target) and "texture" in target.keys
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        if not _texture_params(func):
+            return None
+        try:
+            return self._schedule(s_tir.Schedule(func), func.params, target)
+        except (tvm.error.TVMError, s_tir.ScheduleError):
+            return None
+
+    @staticmethod
+    def _schedule(sch, params, target):
+        root = sch.get_sblock("root")
+        for block in sch.get_child_blocks(root):
+            if not _writes_any(sch, block, params) and _is_spatial(sch, block):
+                sch.compute_inline(block)
+        blocks = sch.get_child_blocks(root)
+        writers = [b for b in blocks if _writes_any(sch, b, params)]
+        if (len(blocks) > 2 or len(writers) != 1 or len(sch.get(writers[0]).writes) != 1
+                or not _writes_any(sch, writers[0], _texture_params(sch.mod["main"]))):
+            return None
+        (compute,) = writers
+        others = [b for b in blocks if not b.same_as(compute)]
+        store = sch.cache_write(compute, 0, "local")
+        *outer, lane = sch.get_loops(store)
+        if len(outer) != 4 or sch.get(lane).extent.value != TEXEL_LANES:
+            return None
+        threads = int(target.attrs.get("max_threads_per_block", 64))
+        block_x, thread_x = sch.split(sch.fuse(*outer), [None, threads])
+        sch.bind(block_x, "blockIdx.x")
+        sch.bind(thread_x, "threadIdx.x")
+        sch.vectorize(lane)
+        sch.compute_at(compute, thread_x)
+        for producer in others:
+            sch.set_scope(producer, 0, "local")
+            sch.compute_at(producer, thread_x)
+        for block in (compute, *others):
+            TexelWriter._vectorize_lanes(sch, block, thread_x)
+        return sch
+
+    @staticmethod
+    def _vectorize_lanes(sch, block, thread_x):
+        """Lanes innermost and vectorized, so each step reads whole texels.
+
+        Where a lane-dependent condition (channel padding) forbids it, TVM
+        turns the loop back into scalars: these blocks write registers, not
+        the texture, so that is still correct.
+        """
+        loops = sch.get_loops(block)
+        inner = loops[[sch.get(loop).same_as(sch.get(thread_x)) for loop in loops].index(True) + 1:]
+        if not inner:
+            return
+        lane, *reduction = inner
+        if reduction:
+            sch.reorder(*reduction, lane)
+        sch.vectorize(lane)
+
+
+def schedule_passes() -> list:
+    """The dlight rules, in the order they are tried (see the module docstring)."""
+    return [
+        dlight.ApplyDefaultSchedule(
+            _on_every_texture_target(dlight.adreno.Conv2d),
+            _on_every_texture_target(dlight.adreno.LayoutTransform),
+            TexelWriter(),
+            _on_every_texture_target(dlight.adreno.Fallback),
+        ),
+        dlight.ApplyDefaultSchedule(
+            dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
+        ),
+    ]
