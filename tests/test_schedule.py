@@ -6,7 +6,7 @@ from tvm import relax
 import texscope
 from conftest import ADRENO, run_pass
 from modules import texel_cases
-from texscope.legalize import REPLACED
+from texscope.legalize import REPLACED, once_per_signature
 from texscope.opencl.program import KernelCall, read_program
 from texscope.opencl.source import kernel_bodies
 from texscope.schedule import TexelWriter
@@ -69,3 +69,18 @@ def test_channel_padding_and_packing_are_one_kernel():
     assert pack.tensors[-1].is_texture
     # pad+pack x, pad+pack w, conv, unpack (each pad used to be a kernel of its own)
     assert sum(isinstance(s, KernelCall) for s in steps) == 4
+
+
+def test_each_operator_signature_is_legalized_once():
+    default = tvm.ir.Op.get("relax.expand_dims").get_attr("FLegalize")
+    legalized = []
+
+    def counting(bb, call):
+        legalized.append(call)
+        return default(bb, call)
+
+    table = {"relax.expand_dims": once_per_signature(counting)}
+    out = run_pass(relax.transform.LegalizeOps(table), texel_cases.TwinCalls)
+    # x and y share a signature; the other axis and the constant are legalized anew.
+    assert len(legalized) == 3
+    tvm.ir.assert_structural_equal(out, relax.transform.LegalizeOps()(texel_cases.TwinCalls))

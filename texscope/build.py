@@ -89,8 +89,8 @@ def fuse_passes() -> list:
     """After annotation: the remaining legalization, then fusion (as upstream)."""
     return [
         # The default legalization leaves packed convs to texscope's (any groups).
-        relax.transform.LegalizeOps(packed_conv.REPLACED),
-        relax.transform.LegalizeOps(packed_conv.PACKED_CONV),
+        packed_conv.LegalizeOnce(packed_conv.REPLACED),
+        packed_conv.LegalizeOnce(packed_conv.PACKED_CONV),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

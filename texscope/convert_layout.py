@@ -20,7 +20,7 @@ from tvm import relax
 from . import registry
 from .errors import TexscopeError
 from .graph import require_shapes
-from .legalize import REPLACED
+from .legalize import REPLACED, legalize_map
 from .pad_channels import PadChannels
 from .targets import texture_target
 
@@ -118,7 +118,9 @@ def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-
     @tvm.transform.module_pass(opt_level=0, name="texscope.LegalizeKeepingAttrs")
     def legalize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         recording = {op: _recording(op, f) for op, f in registry.recorded_attrs().items()}
-        mod = relax.transform.LegalizeOps(recording, skip_ops=registry.kept_ops())(mod)
+        kept = registry.kept_ops()
+        table = legalize_map(mod, {**REPLACED, **recording}, kept)
+        mod = relax.transform.LegalizeOps(table, skip_ops=kept)(mod)
         mod = relax.transform.Normalize()(merge_identical_prim_funcs(mod))
         return relax.transform.AnnotateTIROpPattern()(mod)
 

@@ -9,6 +9,11 @@ directly.  TVM's compute also writes float32 whatever the call's output type
 (float16 convs then fail in FuseTIR on mismatched buffers), so only ungrouped
 float32 convs keep it.
 
+Every operator, once per signature: LegalizeOps builds a TE compute and a
+PrimFunc for each call, even for the nine identical batch norms of a ResNet,
+which was most of stage 1's time.  :func:`once_per_signature` reuses the
+PrimFunc of an earlier call with the same operator, attributes and types.
+
 Layout transforms, as a gather: TVM writes a bijective layout transform as a
 loop over the input scattering to transformed indices, which
 AnnotateTIROpPattern can only call opaque, so nothing fuses with it and every
@@ -19,6 +24,7 @@ Indexing each output element through the inverse map makes it injective.
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import relax, te, topi
 from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm.topi.nn.utils import get_pad_tuple
@@ -102,3 +108,74 @@ _DEFAULT_LAYOUT_TRANSFORM = tvm.ir.Op.get("relax.layout_transform").get_attr("FL
 # operators texscope legalizes differently wherever they appear.
 PACKED_CONV = {"relax.nn.conv2d": conv2d_nchwc}
 REPLACED = {"relax.layout_transform": layout_transform_gather}
+
+
+def _signature(call: relax.Call) -> tuple:
+    return (call.attrs, *(arg.ty for arg in call.args), call.ty)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
+
+
+def _reusable(call: relax.Call, lowered: relax.Expr) -> bool:
+    """Whether ``lowered`` is a plain ``call_tir`` of the call's own arguments."""
+    return (isinstance(lowered, relax.Call) and isinstance(lowered.op, tvm.ir.Op)
+            and lowered.op.name == "relax.call_tir" and len(lowered.args) == 2
+            and isinstance(lowered.args[1], relax.Tuple)
+            and len(lowered.args[1].fields) == len(call.args)
+            and all(f.same_as(a) for f, a in zip(lowered.args[1].fields, call.args)))
+
+
+def once_per_signature(legalize):
+    """``legalize`` run once per distinct (attributes, argument types, result
+    type); later calls with that signature call the same PrimFunc.
+
+    Calls with a non-variable argument (a constant, a tuple) are legalized
+    each time, as are legalizations that are not one plain ``call_tir``.
+    """
+    seen: dict[int, list[tuple[tuple, relax.Call]]] = {}
+
+    def run(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        if not all(isinstance(arg, relax.Var) for arg in call.args):
+            return legalize(bb, call)
+        signature = _signature(call)
+        bucket = seen.setdefault(tvm_ffi.structural_hash(signature), [])
+        for known, lowered in bucket:
+            if _same(known, signature):
+                return relax.Call(lowered.op, [lowered.args[0], relax.Tuple(list(call.args))],
+                                  lowered.attrs, lowered.ty_args)
+        lowered = legalize(bb, call)
+        if _reusable(call, lowered):
+            bucket.append((signature, lowered))
+        return lowered
+
+    return run
+
+
+def legalize_map(mod: tvm.IRModule, overrides: dict, skip: list[str] = ()) -> dict:
+    """A ``customize_legalize_map`` for LegalizeOps covering every operator
+    called in ``mod`` but ``skip``: ``overrides`` where given, else TVM's
+    legalization, each :func:`once_per_signature`."""
+    ops = {
+        binding.value.op.name
+        for func in mod.functions.values() if isinstance(func, relax.Function)
+        for block in func.body.blocks for binding in block.bindings
+        if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
+    }
+    table = {}
+    for name in sorted(ops - set(skip)):
+        legalize = overrides.get(name) or tvm.ir.Op.get(name).get_attr("FLegalize")
+        if legalize is not None:
+            table[name] = once_per_signature(legalize)
+    return table
+
+
+def LegalizeOnce(overrides: dict, skip: tuple[str, ...] = ()) -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+    """LegalizeOps with :func:`legalize_map`: one PrimFunc per signature."""
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.LegalizeOnce")
+    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return relax.transform.LegalizeOps(legalize_map(mod, overrides, skip), list(skip))(mod)
+
+    return run

@@ -158,3 +158,19 @@ class TwoTextureOutputs:
             with T.sblock("b"):
                 v0, v1, v2, v3, v4 = T.axis.remap("SSSSS", [i0, i1, i2, i3, i4])
                 b[v0, v1, v2, v3, v4] = x[v0, v1 + T.int64(1), v2, v3, v4]
+
+
+@I.ir_module
+class TwinCalls:
+    """Two expand_dims with one signature, one with another axis, one of a constant."""
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            a = R.expand_dims(x, axis=[0])
+            b = R.expand_dims(y, axis=[0])
+            c = R.expand_dims(x, axis=[1])
+            d = R.expand_dims(R.const([1.0, 2.0, 3.0, 4.0], "float32"), axis=[0])
+            gv = (a, b, c, d)
+            R.output(gv)
+        return gv
