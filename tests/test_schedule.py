@@ -36,6 +36,7 @@ def test_the_texel_writer_schedules_a_padded_strided_pool():
 def test_the_texel_writer_takes_only_one_texture_output_on_texture_targets():
     rule = TexelWriter()
     assert rule.apply(texel_cases.TwoTextureOutputs["split"], ADRENO, False) is None
+    assert rule.apply(texel_cases.CenterToTexture["center"], ADRENO, False) is None
     # A kernel writing a buffer is left to the other rules.
     assert rule.apply(texel_cases.PackGathered["te_layout_transform"], ADRENO, False) is None
     pool = texel_cases.MaxPoolToTexture["max_pool2d"]

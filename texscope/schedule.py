@@ -22,6 +22,7 @@ Each choice here was made by running the kernels on OpenCL (PoCL):
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import s_tir
 from tvm.s_tir import dlight
 
@@ -52,14 +53,22 @@ def _writes_any(sch: s_tir.Schedule, block, params) -> bool:
     return any(region.source.same_as(p) for region in sch.get(block).writes for p in params)
 
 
+_sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
+
+
+def _writes_one_like(sch: s_tir.Schedule, block, shape) -> bool:
+    writes = sch.get(block).writes
+    return len(writes) == 1 and tvm_ffi.structural_equal(writes[0].source.ty.shape, shape)
+
+
 class TexelWriter(dlight.ScheduleRule):
     """One thread per output texel: the texel's four lanes (and any reduction
     behind them) computed in registers, then stored with one vector write.
 
     Matches a kernel writing one packed ``[d0, d1, d2, d3, 4]`` texture from
     one block, fed by injective blocks (inlined here) and at most one other
-    block (a pool's sum before its division): fused pad-then-pack kernels,
-    pools, and element-wise tails.  Computing lanes as scalars keeps a
+    block of the output's shape (a pool's sum before its division): fused
+    pad-then-pack kernels, pools, and element-wise tails.  Computing lanes as scalars keeps a
     lane-dependent condition (channel padding) out of the vector store, and
     a reduction keeps a full texel of accumulators, two things TVM 0.27's
     Adreno rules get wrong.
@@ -75,7 +84,7 @@ class TexelWriter(dlight.ScheduleRule):
             return None
         try:
             return self._schedule(s_tir.Schedule(func), func.params, target)
-        except (tvm.error.TVMError, s_tir.ScheduleError):
+        except s_tir.ScheduleError:
             return None
 
     @staticmethod
@@ -91,6 +100,12 @@ class TexelWriter(dlight.ScheduleRule):
             return None
         (compute,) = writers
         others = [b for b in blocks if not b.same_as(compute)]
+        # A producer is computed again for every texel: only one computing
+        # that texel's own values (a pool's sum) is worth it; a reduction
+        # over more (layer_norm's mean) is left to the other rules.
+        shape = sch.get(compute).writes[0].source.ty.shape
+        if not all(_writes_one_like(sch, producer, shape) for producer in others):
+            return None
         store = sch.cache_write(compute, 0, "local")
         *outer, lane = sch.get_loops(store)
         if len(outer) != 4 or sch.get(lane).extent.value != TEXEL_LANES:
@@ -114,15 +129,25 @@ class TexelWriter(dlight.ScheduleRule):
 
         Where a lane-dependent condition (channel padding) forbids it, TVM
         turns the loop back into scalars: these blocks write registers, not
-        the texture, so that is still correct.
+        the texture, so that is still correct.  Left alone unless the loops
+        under the thread are exactly the texel's lanes and reduction loops.
         """
         loops = sch.get_loops(block)
-        inner = loops[[sch.get(loop).same_as(sch.get(thread_x)) for loop in loops].index(True) + 1:]
-        if not inner:
+        thread_loop = sch.get(thread_x)
+        inner = loops[[sch.get(loop).same_as(thread_loop) for loop in loops].index(True) + 1:]
+        bindings = list(zip(sch.get(block).iter_vars, _sblock_realize(sch, block).iter_values))
+        spatial = [v for iv, v in bindings if int(iv.iter_type) == tvm.tirx.IterVar.DataPar]
+        reduced = [v for iv, v in bindings if int(iv.iter_type) == tvm.tirx.IterVar.CommReduce]
+
+        def loop_of(value):
+            return next((loop for loop in inner if sch.get(loop).loop_var.same_as(value)), None)
+
+        lane = loop_of(spatial[-1]) if spatial else None
+        reductions = [loop for loop in map(loop_of, reduced) if loop is not None]
+        if lane is None or len(reductions) + 1 != len(inner):
             return
-        lane, *reduction = inner
-        if reduction:
-            sch.reorder(*reduction, lane)
+        if reductions:
+            sch.reorder(*reductions, lane)
         sch.vectorize(lane)
 
 

@@ -174,3 +174,24 @@ class TwinCalls:
             gv = (a, b, c, d)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class CenterToTexture:
+    """A mean over the whole tensor feeding each texel: recomputing it per
+    texel would multiply the work, the rule declines."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def center(x: T.Buffer((T.int64(1), T.int64(1), T.int64(2), T.int64(2), T.int64(4)), "float32", scope="global.texture"), out: T.Buffer((T.int64(1), T.int64(1), T.int64(2), T.int64(2), T.int64(4)), "float32", scope="global.texture")):
+        T.func_attr({"tirx.noalias": True})
+        total = T.sblock_alloc_buffer((T.int64(1),))
+        for i0, i1, i2, i3, i4 in T.grid(T.int64(1), T.int64(1), T.int64(2), T.int64(2), T.int64(4)):
+            with T.sblock("total"):
+                r0, r1, r2, r3, r4 = T.axis.remap("RRRRR", [i0, i1, i2, i3, i4])
+                with T.init():
+                    total[T.int64(0)] = T.float32(0)
+                total[T.int64(0)] = total[T.int64(0)] + x[r0, r1, r2, r3, r4]
+        for i0, i1, i2, i3, i4 in T.grid(T.int64(1), T.int64(1), T.int64(2), T.int64(2), T.int64(4)):
+            with T.sblock("out"):
+                v0, v1, v2, v3, v4 = T.axis.remap("SSSSS", [i0, i1, i2, i3, i4])
+                out[v0, v1, v2, v3, v4] = x[v0, v1, v2, v3, v4] - total[T.int64(0)] * T.float32(0.0625)
