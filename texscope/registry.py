@@ -155,6 +155,39 @@ class DataMovementKey:
         return "call_tir(moves elements only)"
 
 
+def schedule_rules(func: tvm.tirx.PrimFunc) -> set[str]:
+    """The ``schedule_rule`` annotations on a PrimFunc's blocks (TOPI tags
+    its pools ``meta_schedule.pool_max`` / ``meta_schedule.pool_avg``)."""
+    rules = set()
+
+    def visit(value, visitor):
+        if isinstance(value, tvm.s_tir.stmt.SBlock) and "schedule_rule" in value.annotations:
+            rules.add(str(value.annotations["schedule_rule"]))
+        visitor.default_visit(value)
+
+    tvm_ffi.structural_visit(func.body, visit)
+    return rules
+
+
+@attrs.frozen
+class ScheduleRuleKey:
+    """Matches a ``call_tir`` of an unrecorded PrimFunc with a block tagged
+    with one of ``rules``: a pool legalized before texscope saw it."""
+
+    rules: frozenset = attrs.field(converter=frozenset)
+
+    def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
+            return False
+        func = mod[call.args[0]]
+        return (isinstance(func, tvm.tirx.PrimFunc)
+                and not (func.attrs and OP_RECORD_ATTR in func.attrs)
+                and bool(schedule_rules(func) & self.rules))
+
+    def describe(self) -> str:
+        return "call_tir(block tagged " + " or ".join(sorted(self.rules)) + ")"
+
+
 @attrs.frozen
 class OpSupport:
     """The storages one operator's kernel accepts.
@@ -163,7 +196,7 @@ class OpSupport:
     ----------
     name : str
         A short label used in reports.
-    key : OpKey or PatternKey or None
+    key : OpKey, PatternKey, DataMovementKey, ScheduleRuleKey or None
         Which calls the entry describes; None for entries the stages use
         directly rather than look up.
     inputs : tuple of frozenset of Storage
@@ -301,6 +334,16 @@ BUILTIN: tuple[OpSupport, ...] = (
             "four lanes of accumulator)",
         )
         for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+    ),
+    OpSupport(
+        name="pool_legalized",
+        key=ScheduleRuleKey({"meta_schedule.pool_max", "meta_schedule.pool_avg"}),
+        inputs=(ANY,),
+        outputs=(ANY,),
+        texture_gain=0.5,
+        sync=NO_SYNC,
+        note="a pool legalized before texscope saw it (upstream's stage 1): as the "
+        "NCHW4c pools",
     ),
     OpSupport(
         name="layer_norm",
