@@ -19,6 +19,8 @@ from tvm import relax
 
 # relay's OpPatternKind, as AnnotateTIROpPattern writes it on PrimFuncs.
 PATTERN_INJECTIVE = 2
+PATTERN_COMM_REDUCE = 3
+PATTERN_OUT_ELEMWISE_FUSABLE = 4
 PATTERN_OPAQUE = 8
 
 
@@ -180,7 +182,9 @@ class ScheduleRuleKey:
         if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
             return False
         func = mod[call.args[0]]
+        # Walking the TIR is the costly part: only reductions can be pools.
         return (isinstance(func, tvm.tirx.PrimFunc)
+                and op_pattern_of(call, mod) in (PATTERN_COMM_REDUCE, PATTERN_OUT_ELEMWISE_FUSABLE)
                 and not (func.attrs and OP_RECORD_ATTR in func.attrs)
                 and bool(schedule_rules(func) & self.rules))
 
