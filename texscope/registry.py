@@ -291,6 +291,9 @@ OPAQUE = OpSupport(
     note="no texture kernel is known for it: buffers only",
 )
 
+# What a pool's kernel accepts, whether texscope or TVM legalized it.
+_POOL = dict(inputs=(ANY,), outputs=(ANY,), texture_gain=0.5, sync=NO_SYNC)
+
 BUILTIN: tuple[OpSupport, ...] = (
     OpSupport(
         name="conv2d_nchw4c",
@@ -330,24 +333,18 @@ BUILTIN: tuple[OpSupport, ...] = (
         OpSupport(
             name=f"{op.rsplit('.', 1)[1]}_nchw4c",
             key=OpKey(op, {"layout": "NCHW4c"}),
-            inputs=(ANY,),
-            outputs=(ANY,),
-            texture_gain=0.5,
-            sync=NO_SYNC,
             note="reads and writes whole texels (texscope's TexelWriter schedule keeps "
             "four lanes of accumulator)",
+            **_POOL,
         )
         for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
     ),
     OpSupport(
         name="pool_legalized",
         key=ScheduleRuleKey({"meta_schedule.pool_max", "meta_schedule.pool_avg"}),
-        inputs=(ANY,),
-        outputs=(ANY,),
-        texture_gain=0.5,
-        sync=NO_SYNC,
         note="a pool legalized before texscope saw it (upstream's stage 1): as the "
         "NCHW4c pools",
+        **_POOL,
     ),
     OpSupport(
         name="layer_norm",
