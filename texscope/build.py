@@ -35,10 +35,10 @@ from tvm import s_tir
 from tvm.s_tir.backend.adreno import pipeline as adreno_tir
 from tvm.tirx import compilation_pipeline
 
-from . import legalize as packed_conv
 from .cleanup import FoldTextureCopies
 from .convert_layout import ConvertToPackedLayout
 from .explain import report_html
+from .legalize import PACKED_CONV, REPLACED, LegalizeOnce
 from .opencl.source import kernel_signatures
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
@@ -89,8 +89,8 @@ def fuse_passes() -> list:
     """After annotation: the remaining legalization, then fusion (as upstream)."""
     return [
         # The default legalization leaves packed convs to texscope's (any groups).
-        packed_conv.LegalizeOnce(packed_conv.REPLACED),
-        packed_conv.LegalizeOnce(packed_conv.PACKED_CONV),
+        LegalizeOnce(REPLACED),
+        LegalizeOnce(PACKED_CONV),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

@@ -13,7 +13,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import legalize as packed_conv
+from .legalize import PACKED_CONV
 from . import registry
 from .graph import DPS_OPS, dps_inputs
 from .pipeline import annotated_functions
@@ -198,7 +198,7 @@ def _run_on_cpu(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]
         # The default legalization leaves packed convs to texscope's compute,
         # which is target-independent.
         mod = relax.transform.LegalizeOps()(mod)
-        mod = relax.transform.LegalizeOps(packed_conv.PACKED_CONV)(mod)
+        mod = relax.transform.LegalizeOps(PACKED_CONV)(mod)
     executable = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(executable, tvm.cpu())
     result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
