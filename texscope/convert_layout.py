@@ -120,8 +120,9 @@ def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-
         recording = {op: _recording(op, f) for op, f in registry.recorded_attrs().items()}
         kept = registry.kept_ops()
         table = legalize_map(mod, {**REPLACED, **recording}, kept)
-        mod = relax.transform.LegalizeOps(table, skip_ops=kept)(mod)
-        mod = relax.transform.Normalize()(merge_identical_prim_funcs(mod))
+        if table:  # else every operator left is kept (the pipeline's second pass)
+            mod = relax.transform.LegalizeOps(table, skip_ops=kept)(mod)
+            mod = relax.transform.Normalize()(merge_identical_prim_funcs(mod))
         return relax.transform.AnnotateTIROpPattern()(mod)
 
     return legalize
