@@ -39,8 +39,11 @@ def test_the_seed_builds_four_kernels_and_the_conv_reads_an_image(builds):
 # Kernels and copies left per network (upstream's build: 16 / 16 copies on
 # resnet, a crash on mobilenet_v2, 23 / 0 on unet, 12 / 3 on inception).
 # Fewer kernels come from the gather legalization of layout transforms (they
-# fuse), fewer copies from pools writing textures.
-EXPECTED = {"resnet": (17, 0), "mobilenet_v2": (22, 0), "unet": (21, 0), "inception": (10, 1)}
+# fuse), fewer copies from pools writing textures and from unpacking straight
+# from a texture where the alternative is a copy (inception: the softmax's
+# unpack reads the shared conv's texture, at the price of one more unpack
+# kernel for that storage signature).
+EXPECTED = {"resnet": (17, 0), "mobilenet_v2": (22, 0), "unet": (21, 0), "inception": (11, 0)}
 
 
 @pytest.mark.parametrize("name", EXPECTED)

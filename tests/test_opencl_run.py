@@ -12,11 +12,11 @@ from texscope.cli import main
 from texscope.opencl import memory
 from texscope.opencl.launches import TensorArg, WorkspaceArg, kernel_launches
 from texscope.opencl.program import Copy, KernelCall, TensorSpec, read_program
-from texscope.opencl.source import pyopencl
+from texscope.opencl.source import kernel_signatures, pyopencl
 from texscope.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 
 from conftest import run_pass
-from modules import opencl_cases, rules, signatures, storage_views
+from modules import opencl_cases, rules, signatures, storage_views, texel_cases
 
 TOLERANCE = dict(rtol=1e-3, atol=1e-3)
 
@@ -105,6 +105,15 @@ def test_networks_compute_the_cpu_numbers_on_opencl(name):
                       for launch in launches
                       if any(isinstance(a, TensorArg) and "texture" in a.scope for a in launch.args)]
     assert run.images > 0 and image_launches
+
+
+def test_an_unpack_reading_a_texture_computes_the_cpu_numbers():
+    result, run, expected = run_and_compare(texel_cases.UnpackShared)
+    assert_close(run, expected)
+    assert run.copies == 0 and result.report.build["copies_left"] == 0
+    unpacks = [params for name, params in kernel_signatures(result.opencl_source).items()
+               if "layout_transform" in name and "__global float* restrict te_layout" in params]
+    assert sum("image2d_array_t" in params for params in unpacks) == 1  # c's, not d's
 
 
 def test_pool_kernels_keep_all_four_lanes():

@@ -174,6 +174,15 @@ def test_drop_in_on_upstreams_stage1_output_decides_the_same(name):
     assert copies(theirs) == copies(ours)
 
 
+def test_an_unpack_reads_a_texture_rather_than_a_copy_of_it():
+    out = pipeline(texel_cases.UnpackShared)
+    found = scopes(out)
+    # c is a texture for the second conv; its unpack (lv3) reads it as it is,
+    # d is only unpacked, so it is written as a buffer.
+    assert (found["c"], found["d"], found["lv3"], found["lv4"]) == (TW, G, G, G)
+    assert copies(out) == []
+
+
 def test_each_field_of_a_split_gets_its_own_scope():
     out = pipeline(rules.SplitFields)
     (split,) = [b for b in out["main"].body.blocks[0].bindings if b.var.name == "parts"]

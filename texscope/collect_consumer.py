@@ -79,7 +79,9 @@ def _demand(graph: FunctionGraph, tensor: int, consumer: str, call: int | None, 
     fit = graph.tensors[tensor].fit
     if fit.scope is None and Storage.TEXTURE in accepted:
         accepted, note = BUFFER, f"cannot be a texture: {fit.reason}"
-    wants = Storage.TEXTURE if Storage.TEXTURE in accepted else Storage.BUFFER
+    # Either storage: a texture unless reading one costs (a negative gain).
+    wants = Storage.TEXTURE if Storage.TEXTURE in accepted and (
+        gain >= 0 or Storage.BUFFER not in accepted) else Storage.BUFFER
     return Demand(consumer, call, operand, frozenset(accepted), wants, entry, note, gain)
 
 

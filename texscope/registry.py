@@ -221,6 +221,8 @@ class OpSupport:
     texture_gain : float
         What a texture read saves, as a fraction of the tensor's bytes (an
         estimate: the planner weighs it against the bytes a copy moves).
+        Negative where reading a texture costs more than reading a buffer:
+        the planner then reads one only to save a copy.
     sync : frozenset of str, optional
         Which of the kernel's tensors must share one storage: ``"inputs"``
         (all tensor inputs), ``"outputs"`` (all outputs), ``"primary"`` (the
@@ -293,6 +295,11 @@ OPAQUE = OpSupport(
 
 # What a pool's kernel accepts, whether texscope or TVM legalized it.
 _POOL = dict(inputs=(ANY,), outputs=(ANY,), texture_gain=0.5, sync=NO_SYNC)
+# And a layout transform's.  A texture read saves an unpack nothing (its
+# schedule reads whole texels either way), so a slight cost keeps a tensor
+# that is only unpacked in a buffer, as the design's example has it, while an
+# unpack still reads a texture that exists anyway rather than a copy of it.
+_LAYOUT_TRANSFORM = dict(inputs=(ANY,), outputs=(ANY,), texture_gain=-0.125, sync=NO_SYNC)
 
 BUILTIN: tuple[OpSupport, ...] = (
     OpSupport(
@@ -324,10 +331,8 @@ BUILTIN: tuple[OpSupport, ...] = (
     OpSupport(
         name="layout_transform",
         key=OpKey("relax.layout_transform"),
-        inputs=(BUFFER,),
-        outputs=(ANY,),
-        sync=NO_SYNC,
-        note="packs channels into whole texels on write; reads a buffer",
+        note="packs channels into whole texels on write; reads either",
+        **_LAYOUT_TRANSFORM,
     ),
     *(
         OpSupport(
@@ -367,9 +372,7 @@ BUILTIN: tuple[OpSupport, ...] = (
     OpSupport(
         name="layout_transform_legalized",
         key=DataMovementKey(),
-        inputs=(BUFFER,),
-        outputs=(ANY,),
-        sync=NO_SYNC,
+        **_LAYOUT_TRANSFORM,
         note="a layout transform legalized before texscope saw it (upstream's stage 1)",
     ),
 )

@@ -195,3 +195,19 @@ class CenterToTexture:
             with T.sblock("out"):
                 v0, v1, v2, v3, v4 = T.axis.remap("SSSSS", [i0, i1, i2, i3, i4])
                 out[v0, v1, v2, v3, v4] = x[v0, v1, v2, v3, v4] - total[T.int64(0)] * T.float32(0.0625)
+
+
+@I.ir_module
+class UnpackShared:
+    """A conv output read by a conv (a texture) and returned (unpacked): the
+    unpack reads the texture rather than a copy of it."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 8, 8), "float32"), w1: R.Tensor((8, 8, 3, 3), "float32"),
+             w2: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w1, padding=(1, 1))
+            d = R.nn.conv2d(c, w2, padding=(1, 1))
+            gv = (c, d)
+            R.output(gv)
+        return gv
