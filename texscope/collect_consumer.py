@@ -34,13 +34,15 @@ class Demand:
     accepts : frozenset of Storage
         Storages the consumer can read without a copy.
     wants : Storage
-        The storage it reads when the producer offers none of ``accepts``.
+        The storage it prefers: a texture where it accepts one and the gain
+        is not negative.
     entry : str
         The registry entry the demand comes from.
     reason : str
         Why, in words.
     gain : float
-        What reading it as a texture saves, as a fraction of its bytes.
+        What reading it as a texture saves, as a fraction of its bytes
+        (negative: what it costs).
     """
 
     consumer: str
