@@ -42,6 +42,10 @@ def test_random_modules_keep_invariants_and_numbers(recipe, tiny):
 @given(recipe=recipes(max_steps=5), tiny=st.booleans())
 # Found by this test: constants reaching a kernel crashed the OpenCL executor.
 @example(recipe=(4, 8, 4, (("conv", 0, 0, True), ("bias_add", 1, 0, True))), tiny=False)
+# And: a layer_norm writing a texture (its registry entry offered one) was
+# left off GPU threads by TVM's Adreno fallback and crashed LLVM codegen.
+@example(recipe=(3, 4, 4, (("conv", 0, 0, False), ("layer_norm", 1, 0, False),
+                           ("conv", 158, 0, False))), tiny=False)
 def test_random_modules_run_on_opencl_as_on_the_cpu(recipe, tiny):
     device_limits = opencl.device_target(base="adreno-opencl")
     target = dict(device_limits, texture_spatial_limit=64, texture_depth_limit=16) if tiny \

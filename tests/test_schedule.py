@@ -1,11 +1,14 @@
 """texscope's legalizations and schedules: exact TIR, and kernels run on OpenCL."""
 
+import attrs
+import pytest
 import tvm
 from tvm import relax
 
 import texscope
 from conftest import ADRENO, run_pass
 from modules import texel_cases
+from texscope import registry
 from texscope.legalize import REPLACED, once_per_signature
 from texscope.opencl.program import KernelCall, read_program
 from texscope.opencl.source import kernel_bodies
@@ -85,3 +88,29 @@ def test_each_operator_signature_is_legalized_once():
     # x and y share a signature; the other axis and the constant are legalized anew.
     assert len(legalized) == 3
     tvm.ir.assert_structural_equal(out, relax.transform.LegalizeOps()(texel_cases.TwinCalls))
+
+
+def test_layer_norm_writes_a_buffer_and_computes_the_cpu_numbers():
+    result, run, expected = run_and_compare(texel_cases.LayerNormBetweenConvs)
+    assert_close(run, expected)
+    (norm,) = [s for s in read_program(result.module).steps
+               if isinstance(s, KernelCall) and "layer_norm" in s.function]
+    assert not norm.tensors[-1].is_texture
+
+
+@pytest.fixture
+def layer_norm_offering_textures():
+    saved = list(registry._user_entries)
+    registry.register_op(attrs.evolve(
+        next(e for e in registry.BUILTIN if e.name == "layer_norm"), outputs=(registry.ANY,)))
+    yield
+    registry._user_entries[:] = saved
+
+
+@pytest.mark.usefixtures("layer_norm_offering_textures")
+def test_a_texture_kernel_no_schedule_puts_on_threads_is_a_named_error():
+    # Before the check, TVM compiled such a kernel for the host and crashed
+    # in LLVM codegen on texture2d_store.
+    with pytest.raises(texscope.TexscopeError, match="on GPU threads") as err:
+        texscope.build(texel_cases.LayerNormBetweenConvs, "adreno-opencl")
+    assert err.value.function == "main" and err.value.binding is not None

@@ -355,10 +355,14 @@ BUILTIN: tuple[OpSupport, ...] = (
         name="layer_norm",
         key=OpKey("relax.nn.layer_norm"),
         inputs=(ANY, BUFFER),
-        outputs=(ANY,),
+        # Its texels would each need the row's mean and variance: TexelWriter
+        # declines to recompute them per texel, and TVM's Adreno fallback
+        # leaves the kernel unbound to threads (found by the OpenCL fuzzer).
+        outputs=(BUFFER,),
         texture_gain=0.25,
         sync=NO_SYNC,
-        note="reads the packed activation either way; gamma and beta are 1-D buffers",
+        note="reads the packed activation either way, writes a buffer; gamma and beta "
+        "are 1-D buffers",
     ),
     OpSupport(
         name="injective",

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm import s_tir
+from tvm import relax, s_tir
 from tvm.s_tir import dlight
 
+from .errors import TexscopeError
 from .targets import TEXEL_LANES, is_texture_scope
 
 
@@ -151,8 +152,61 @@ class TexelWriter(dlight.ScheduleRule):
         sch.vectorize(lane)
 
 
+def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether some store into a texture lies outside every thread-bound loop."""
+    depth, found = [0], []
+
+    def visit(value, visitor):
+        if isinstance(value, tvm.tirx.For) and value.thread_binding is not None:
+            depth[0] += 1
+            visitor.default_visit(value)
+            depth[0] -= 1
+            return
+        if isinstance(value, tvm.tirx.BufferStore) and not depth[0] \
+                and is_texture_scope(_scope(value.buffer)):
+            found.append(value)
+            return
+        visitor.default_visit(value)
+
+    tvm_ffi.structural_visit(func.body, visit)
+    return bool(found)
+
+
+def _scope(buffer) -> str:
+    ty = getattr(buffer, "ty", None)
+    return str(ty.storage_scope) if isinstance(ty, tvm.tirx.BufferType) else ""
+
+
+def _callers(mod: tvm.IRModule, gvar) -> tuple[str, str] | tuple[None, None]:
+    for name, func in ((g.name_hint, f) for g, f in mod.functions.items()):
+        if isinstance(func, relax.Function):
+            for block in func.body.blocks:
+                for binding in block.bindings:
+                    value = binding.value
+                    if isinstance(value, relax.Call) and value.args and value.args[0].same_as(gvar):
+                        return name, binding.var.name
+    return None, None
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.RequireTextureKernelsOnThreads")
+def RequireTextureKernelsOnThreads(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
+    """A TexscopeError for a kernel storing into a texture outside GPU threads
+    (a schedule that left it unbound): compiled for the host, it would crash
+    the build."""
+    for gvar, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and _texture_params(func) \
+                and _texture_stores_off_threads(func):
+            function, binding = _callers(mod, gvar)
+            raise TexscopeError(
+                f"no schedule puts the texture stores of kernel {gvar.name_hint!r} on GPU "
+                "threads; its registry entry should not offer a texture output",
+                function, binding)
+    return mod
+
+
 def schedule_passes() -> list:
-    """The dlight rules, in the order they are tried (see the module docstring)."""
+    """The dlight rules, in the order they are tried (see the module docstring),
+    then a check that every texture kernel runs on GPU threads."""
     return [
         dlight.ApplyDefaultSchedule(
             _on_every_texture_target(dlight.adreno.Conv2d),
@@ -163,4 +217,5 @@ def schedule_passes() -> list:
         dlight.ApplyDefaultSchedule(
             dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
         ),
+        RequireTextureKernelsOnThreads,
     ]

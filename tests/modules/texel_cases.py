@@ -211,3 +211,19 @@ class UnpackShared:
             gv = (c, d)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class LayerNormBetweenConvs:
+    """layer_norm's output feeds a conv: no schedule writes its texels."""
+
+    @R.function
+    def main(x: R.Tensor((1, 4, 4, 4), "float32"), w1: R.Tensor((4, 4, 3, 3), "float32"),
+             g: R.Tensor((4,), "float32"), b: R.Tensor((4,), "float32"),
+             w2: R.Tensor((4, 4, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w1, padding=(1, 1))
+            n = R.nn.layer_norm(c, g, b, axes=[-1])
+            gv = R.nn.conv2d(n, w2, padding=(1, 1))
+            R.output(gv)
+        return gv
