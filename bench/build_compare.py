@@ -47,15 +47,7 @@ def upstream_build(mod):
             return tvm.transform.Sequential(passes)(m)
 
     executable = tvm.compile(mod, target=TARGET, relax_pipeline=pipeline, tir_pipeline=TIR_PIPELINE)
-    return _device_source(executable), count_copies(captured["mod"])
-
-
-def count_copies(mod):
-    return sum(
-        1 for block in mod["main"].body.blocks for b in block.bindings
-        if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
-        and b.value.op.name == "relax.to_vdevice"
-    )
+    return _device_source(executable), texscope.plan_cost(captured["mod"], TARGET).copies
 
 
 def texscope_build(mod):

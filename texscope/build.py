@@ -37,8 +37,9 @@ from tvm.tirx import compilation_pipeline
 
 from .cleanup import FoldTextureCopies
 from .convert_layout import ConvertToPackedLayout
+from .cost import plan_cost
 from .explain import report_html
-from .legalize import PACKED_CONV, REPLACED, LegalizeOnce
+from .legalize import PACKED_CONV, LegalizeOnce
 from .opencl.source import kernel_signatures
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
@@ -89,7 +90,7 @@ def fuse_passes() -> list:
     """After annotation: the remaining legalization, then fusion (as upstream)."""
     return [
         # The default legalization leaves packed convs to texscope's (any groups).
-        LegalizeOnce(REPLACED),
+        LegalizeOnce(),
         LegalizeOnce(PACKED_CONV),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
@@ -230,16 +231,6 @@ def _device_source(executable) -> str:
     return "\n".join(sources)
 
 
-def _copies_left(mod: tvm.IRModule) -> int:
-    return sum(
-        1
-        for func in mod.functions.values() if isinstance(func, relax.Function)
-        for block in func.body.blocks for b in block.bindings
-        if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
-        and b.value.op.name == "relax.to_vdevice"
-    )
-
-
 def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
     """Build ``mod`` for a texture-capable GPU target.
 
@@ -277,7 +268,7 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)
-    figures["copies_left"] = _copies_left(optimized)
+    figures["copies_left"] = plan_cost(optimized, device_target).copies
     executable, source, lowered = None, "", None
     if texture.kind == "opencl":
         capture = _CaptureKernelLaunches()

@@ -15,7 +15,7 @@ from tvm import relax
 
 from . import registry
 from .rebuild import with_vdevice
-from .targets import BUFFER_SCOPE
+from .targets import BUFFER_SCOPE, is_texture_scope
 
 TO_VDEVICE = "relax.to_vdevice"
 
@@ -101,7 +101,7 @@ def _fold(mod, value, producers, bindings, uses):
     producer = bindings[position].value
     src_ty = source.ty
     if not (isinstance(src_ty, relax.TensorType) and src_ty.vdevice is not None
-            and "texture" in str(src_ty.vdevice.memory_scope)):
+            and is_texture_scope(src_ty.vdevice.memory_scope)):
         return None
     if registry.Storage.BUFFER not in registry.support_for(producer, mod).output(0):
         return None

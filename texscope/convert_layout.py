@@ -19,14 +19,14 @@ from tvm import relax
 
 from . import registry
 from .errors import TexscopeError
-from .graph import require_shapes
-from .legalize import REPLACED, legalize_map
+from .graph import relax_bindings, require_shapes
+from .legalize import legalization_of, legalize_map
 from .pad_channels import PadChannels
 from .targets import texture_target
 
 
 def _recording(op_name: str, fields: list[str]):
-    default = REPLACED.get(op_name) or tvm.ir.Op.get(op_name).get_attr("FLegalize")
+    default = legalization_of(op_name)
 
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         lowered = default(bb, call)
@@ -100,8 +100,7 @@ def _foldable(mod: tvm.IRModule) -> bool:
     return any(
         isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
         and all(_all_constant(arg) for arg in binding.value.args)
-        for func in mod.functions.values() if isinstance(func, relax.Function)
-        for block in func.body.blocks for binding in block.bindings
+        for _, binding in relax_bindings(mod)
     )
 
 
@@ -119,7 +118,7 @@ def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-
     def legalize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         recording = {op: _recording(op, f) for op, f in registry.recorded_attrs().items()}
         kept = registry.kept_ops()
-        table = legalize_map(mod, {**REPLACED, **recording}, kept)
+        table = legalize_map(mod, recording, kept)
         if table:  # else every operator left is kept (the pipeline's second pass)
             mod = relax.transform.LegalizeOps(table, skip_ops=kept)(mod)
             mod = relax.transform.Normalize()(merge_identical_prim_funcs(mod))

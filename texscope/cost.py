@@ -15,9 +15,9 @@ import tvm
 from tvm import relax
 
 from . import registry
-from .graph import dps_inputs
+from .graph import dps_inputs, relax_bindings
 from .registry import Storage
-from .targets import ADRENO, texture_target
+from .targets import ADRENO, is_texture_scope, texture_target
 
 UNIT_BYTES = 16
 
@@ -84,25 +84,21 @@ def plan_cost(mod: tvm.IRModule, target=None) -> PlanCost:
     preset = texture_target(target).preset if target is not None else ADRENO
     copies = copy_bytes = saving = 0
     total = 0
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function):
+    for _, binding in relax_bindings(mod):
+        call = binding.value
+        if not isinstance(call, relax.Call) or isinstance(call.op, relax.GlobalVar):
             continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                call = binding.value
-                if not isinstance(call, relax.Call) or isinstance(call.op, relax.GlobalVar):
-                    continue
-                if call.op.name == "relax.to_vdevice":
-                    nbytes = _nbytes(call.args[0].ty)
-                    copies += 1
-                    copy_bytes += nbytes
-                    total += units(nbytes + preset.copy_launch_bytes)
-                    continue
-                gain = registry.support_for(call, mod).texture_gain
-                for arg in dps_inputs(call):
-                    ty = arg.ty
-                    if isinstance(ty, relax.TensorType) and ty.vdevice is not None and \
-                            "texture" in str(ty.vdevice.memory_scope):
-                        saving += int(gain * _nbytes(ty))
-                        total -= units(gain * _nbytes(ty))
+        if call.op.name == "relax.to_vdevice":
+            nbytes = _nbytes(call.args[0].ty)
+            copies += 1
+            copy_bytes += nbytes
+            total += units(nbytes + preset.copy_launch_bytes)
+            continue
+        gain = registry.support_for(call, mod).texture_gain
+        for arg in dps_inputs(call):
+            ty = arg.ty
+            if isinstance(ty, relax.TensorType) and ty.vdevice is not None and \
+                    is_texture_scope(ty.vdevice.memory_scope):
+                saving += int(gain * _nbytes(ty))
+                total -= units(gain * _nbytes(ty))
     return PlanCost(copies, copy_bytes, saving, total)

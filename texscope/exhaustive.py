@@ -14,6 +14,7 @@ from . import cost
 from .collect_consumer import ConsumerInfo
 from .collect_producer import ProducerInfo, writable
 from .registry import Storage
+from .targets import is_texture_scope
 
 MAX_FREE = 14  # free choices tried at most (2**14 assignments)
 
@@ -72,6 +73,6 @@ def plan_units(plan: ProducerInfo) -> int:
                 row.append(Storage.BUFFER)
             else:
                 scope = plan.reads[demand.call][demand.operand]
-                row.append(Storage.TEXTURE if "texture" in scope else Storage.BUFFER)
+                row.append(Storage.TEXTURE if is_texture_scope(scope) else Storage.BUFFER)
         reads.append(row)
     return cost.assignment_cost(plan.consumers, storages, reads)

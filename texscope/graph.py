@@ -272,19 +272,22 @@ def build_graph(
     return _Builder(mod, gvar, texture, params_are_buffers).build(mod[gvar])
 
 
+def relax_bindings(mod: tvm.IRModule):
+    """Every binding of every Relax function, as (function's GlobalVar, binding)."""
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            for block in func.body.blocks:
+                for binding in block.bindings:
+                    yield gvar, binding
+
+
 def called_functions(mod: tvm.IRModule) -> set[str]:
     """Names of the Relax functions that other Relax functions call."""
-    names = set()
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function):
-            continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                value = binding.value
-                if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
-                    if isinstance(mod[value.op], relax.Function):
-                        names.add(value.op.name_hint)
-    return names
+    return {
+        binding.value.op.name_hint for _, binding in relax_bindings(mod)
+        if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, relax.GlobalVar)
+        and isinstance(mod[binding.value.op], relax.Function)
+    }
 
 
 def require_shapes(mod: tvm.IRModule) -> None:

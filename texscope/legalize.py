@@ -30,6 +30,8 @@ from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm.topi.nn.utils import get_pad_tuple
 from tvm.topi.utils import get_const_tuple
 
+from .graph import relax_bindings
+
 
 def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype):
     """TE compute of a grouped conv2d, data NCHW[x]c, kernel OIHW[x]o."""
@@ -153,25 +155,32 @@ def once_per_signature(legalize):
     return run
 
 
-def legalize_map(mod: tvm.IRModule, overrides: dict, skip: list[str] = ()) -> dict:
+def legalization_of(op_name: str):
+    """texscope's legalization of an operator where it replaces TVM's, else TVM's
+    (None for an operator without one)."""
+    return REPLACED.get(op_name) or tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+
+def legalize_map(mod: tvm.IRModule, overrides: dict | None = None,
+                 skip: list[str] = ()) -> dict:
     """A ``customize_legalize_map`` for LegalizeOps covering every operator
-    called in ``mod`` but ``skip``: ``overrides`` where given, else TVM's
-    legalization, each :func:`once_per_signature`."""
+    called in ``mod`` but ``skip``: ``overrides`` where given, else
+    :func:`legalization_of`, each :func:`once_per_signature`."""
+    overrides = overrides or {}
     ops = {
-        binding.value.op.name
-        for func in mod.functions.values() if isinstance(func, relax.Function)
-        for block in func.body.blocks for binding in block.bindings
+        binding.value.op.name for _, binding in relax_bindings(mod)
         if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
     }
     table = {}
     for name in sorted(ops - set(skip)):
-        legalize = overrides.get(name) or tvm.ir.Op.get(name).get_attr("FLegalize")
+        legalize = overrides.get(name) or legalization_of(name)
         if legalize is not None:
             table[name] = once_per_signature(legalize)
     return table
 
 
-def LegalizeOnce(overrides: dict, skip: tuple[str, ...] = ()) -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+def LegalizeOnce(overrides: dict | None = None,  # pylint: disable=invalid-name
+                 skip: tuple[str, ...] = ()) -> tvm.ir.transform.Pass:
     """LegalizeOps with :func:`legalize_map`: one PrimFunc per signature."""
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.LegalizeOnce")

@@ -8,6 +8,7 @@ from collections import Counter
 import attrs
 
 from .collect_producer import ProducerInfo
+from .targets import is_texture_scope
 
 
 @attrs.frozen
@@ -90,7 +91,7 @@ class Report:
         return dict(sorted(Counter(row.scope for row in self.tensors).items()))
 
     def summary(self) -> dict:
-        textures = sum(n for scope, n in self.counts().items() if "texture" in scope)
+        textures = sum(n for scope, n in self.counts().items() if is_texture_scope(scope))
         return {
             "target": self.target,
             "tensors": len(self.tensors),

@@ -27,23 +27,22 @@ from tvm import relax, s_tir
 from tvm.s_tir import dlight
 
 from .errors import TexscopeError
+from .graph import relax_bindings
 from .targets import TEXEL_LANES, is_texture_scope
+
+
+def _on_texture_target(rule: dlight.ScheduleRule, target: tvm.target.Target) -> bool:
+    return dlight.ScheduleRule.is_target_available(rule, target) and "texture" in target.keys
 
 
 def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
     other texture targets."""
-
-    def is_target_available(self, target: tvm.target.Target) -> bool:
-        return dlight.ScheduleRule.is_target_available(self, target) and "texture" in target.keys
-
-    return type(rule_class.__name__, (rule_class,), {"is_target_available": is_target_available})()
+    return type(rule_class.__name__, (rule_class,), {"is_target_available": _on_texture_target})()
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:
-    return [param for param in func.params
-            if isinstance(param.ty, tvm.tirx.BufferType)
-            and is_texture_scope(param.ty.storage_scope)]
+    return [param for param in func.params if is_texture_scope(_scope(param))]
 
 
 def _is_spatial(sch: s_tir.Schedule, block) -> bool:
@@ -69,14 +68,13 @@ class TexelWriter(dlight.ScheduleRule):
     Matches a kernel writing one packed ``[d0, d1, d2, d3, 4]`` texture from
     one block, fed by injective blocks (inlined here) and at most one other
     block of the output's shape (a pool's sum before its division): fused
-    pad-then-pack kernels, pools, and element-wise tails.  Computing lanes as scalars keeps a
-    lane-dependent condition (channel padding) out of the vector store, and
-    a reduction keeps a full texel of accumulators, two things TVM 0.27's
-    Adreno rules get wrong.
+    pad-then-pack kernels, pools, and element-wise tails.  Computing lanes in
+    registers keeps a lane-dependent condition (channel padding) out of the
+    vector store, and a reduction keeps a full texel of accumulators: two
+    things TVM 0.27's Adreno rules get wrong.
     """
 
-    def is_target_available(self, target: tvm.target.Target) -> bool:
-        return super().is_target_available(target) and "texture" in target.keys
+    is_target_available = _on_texture_target
 
     def apply(self, func, target, _tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
@@ -177,14 +175,12 @@ def _scope(buffer) -> str:
     return str(ty.storage_scope) if isinstance(ty, tvm.tirx.BufferType) else ""
 
 
-def _callers(mod: tvm.IRModule, gvar) -> tuple[str, str] | tuple[None, None]:
-    for name, func in ((g.name_hint, f) for g, f in mod.functions.items()):
-        if isinstance(func, relax.Function):
-            for block in func.body.blocks:
-                for binding in block.bindings:
-                    value = binding.value
-                    if isinstance(value, relax.Call) and value.args and value.args[0].same_as(gvar):
-                        return name, binding.var.name
+def _caller(mod: tvm.IRModule, gvar) -> tuple[str, str] | tuple[None, None]:
+    """The first (function, binding) calling ``gvar``."""
+    for function, binding in relax_bindings(mod):
+        value = binding.value
+        if isinstance(value, relax.Call) and value.args and value.args[0].same_as(gvar):
+            return function.name_hint, binding.var.name
     return None, None
 
 
@@ -196,7 +192,7 @@ def RequireTextureKernelsOnThreads(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # 
     for gvar, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and _texture_params(func) \
                 and _texture_stores_off_threads(func):
-            function, binding = _callers(mod, gvar)
+            function, binding = _caller(mod, gvar)
             raise TexscopeError(
                 f"no schedule puts the texture stores of kernel {gvar.name_hint!r} on GPU "
                 "threads; its registry entry should not offer a texture output",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, s_tir
 
+from .graph import relax_bindings
 from .rebuild import Rebuilder, replace_functions
 
 CALL_TIR = "relax.call_tir"
@@ -46,13 +47,11 @@ def split_prim_funcs_by_signature(mod: tvm.IRModule) -> tvm.IRModule:
     """
     relax_functions = {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)}
     signatures: dict[relax.GlobalVar, list[tuple]] = {}
-    for func in relax_functions.values():
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                if _is_call_tir(binding.value):
-                    seen = signatures.setdefault(binding.value.args[0], [])
-                    if _signature(binding.value) not in seen:
-                        seen.append(_signature(binding.value))
+    for _, binding in relax_bindings(mod):
+        if _is_call_tir(binding.value):
+            seen = signatures.setdefault(binding.value.args[0], [])
+            if _signature(binding.value) not in seen:
+                seen.append(_signature(binding.value))
     if all(len(seen) == 1 for seen in signatures.values()):
         return mod
     builder = relax.BlockBuilder(mod)

@@ -30,8 +30,8 @@ TEXEL_LANES = 4
 
 
 def is_texture_scope(scope) -> bool:
-    """Whether a memory scope names one of the texture flavours."""
-    return str(scope) in FLAVOUR_AXES
+    """Whether a memory scope is a texture one (as TVM's IsTextureStorage decides)."""
+    return "texture" in str(scope)
 
 
 @attrs.frozen

@@ -19,7 +19,7 @@ from .graph import DPS_OPS, dps_inputs
 from .pipeline import annotated_functions
 from .rebuild import Constant, Rebuilder, replace_functions, with_vdevice
 from .registry import Storage
-from .targets import FLAVOUR_AXES, TextureTarget, texture_target
+from .targets import FLAVOUR_AXES, TextureTarget, is_texture_scope, texture_target
 
 MOVES = frozenset({"relax.to_vdevice", "relax.hint_on_device"})
 
@@ -84,7 +84,7 @@ class _Checker:
             if tensor.vdevice.__chandle__() not in self.listed:
                 self.flag(name, f"VDevice {_scope(tensor)} is not listed in global_infos")
             scope = _scope(tensor)
-            if "texture" in scope and (why := _flavour_fits(self.texture, tensor, scope)):
+            if is_texture_scope(scope) and (why := _flavour_fits(self.texture, tensor, scope)):
                 self.flag(name, why)
 
     def check_call(self, name: str, call: relax.Call, var_ty) -> None:
@@ -101,12 +101,11 @@ class _Checker:
             self.flag(name, f"bound as {var_ty} but the call writes {declared}")
         support = registry.support_for(call, self.mod)
         for field, scope in enumerate(written):
-            if "texture" in scope and Storage.TEXTURE not in support.output(field):
+            if is_texture_scope(scope) and Storage.TEXTURE not in support.output(field):
                 self.flag(name, f"{support.name} cannot write a texture (output {field})")
         for operand, arg in enumerate(dps_inputs(call)):
             for tensor in _tensor_types(arg.ty):
-                scope = _scope(tensor) or ""
-                if "texture" in scope and Storage.TEXTURE not in support.input(operand):
+                if is_texture_scope(_scope(tensor)) and Storage.TEXTURE not in support.input(operand):
                     self.flag(name, f"{support.name} cannot read a texture (operand {operand})")
 
     def run(self) -> list[Violation]:

@@ -10,7 +10,6 @@ declares an image for a tensor held in a buffer (or the reverse) is an error.
 
 from __future__ import annotations
 
-import functools
 
 import attrs
 import numpy as np
@@ -19,7 +18,7 @@ from ..errors import TexscopeError
 from .launches import Launch, ScalarArg, WorkspaceArg, kernel_launches
 from .memory import DeviceMemory
 from .program import KernelCall, TensorSpec, read_program
-from .source import default_device, kernel_signatures, pyopencl
+from .source import compiled, default_device, kernel_signatures, pyopencl
 
 
 @attrs.frozen
@@ -42,16 +41,6 @@ class RunResult:
 
     def slowest(self) -> list[KernelTime]:
         return sorted(self.times, key=lambda t: -t.seconds)
-
-
-@functools.lru_cache(maxsize=32)
-def _compiled(source: str, device):
-    cl = pyopencl()
-    context = cl.Context([device])
-    try:
-        return context, cl.Program(context, source).build()
-    except cl.RuntimeError as err:
-        raise TexscopeError(f"{device.name.strip()} rejects the kernels: {err}") from None
 
 
 def _scalar(arg: ScalarArg):
@@ -127,14 +116,14 @@ def run(result, inputs, device=None) -> RunResult:
     if len(inputs) != len(program.inputs):
         raise TexscopeError(f"main takes {len(program.inputs)} inputs, got {len(inputs)}")
     device = device or default_device()
-    context, compiled = _compiled(result.opencl_source, device)
+    context, kernels = compiled(result.opencl_source, device)
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
     memory = DeviceMemory(cl, context, queue)
     for item in program.inputs:
         memory.upload(item.tensor, inputs[item.index])
     for constant in program.constants:
         memory.upload(constant.tensor, constant.value)
-    launcher = _Launcher(cl, compiled, memory, result.opencl_source)
+    launcher = _Launcher(cl, kernels, memory, result.opencl_source)
     events = []
     for step in program.steps:
         if isinstance(step, KernelCall):

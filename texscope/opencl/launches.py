@@ -17,6 +17,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import TexscopeError
+from ..targets import is_texture_scope
 
 _CALL_KERNEL = "tirx.call_ffi_kernel"
 _BUFFER_DATA = "tirx.buffer_data"
@@ -96,7 +97,7 @@ class _HostReader:
 
     def _workspace(self, buffer) -> WorkspaceArg:
         ty = buffer.ty
-        if "texture" in str(ty.storage_scope) or not all(
+        if is_texture_scope(ty.storage_scope) or not all(
                 isinstance(d, tvm.tirx.IntImm) for d in ty.shape):
             raise _unsupported(self.name, f"the workspace {buffer} ({ty.storage_scope}, {list(ty.shape)})")
         dtype = tvm.DataType(str(ty.dtype))

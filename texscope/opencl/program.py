@@ -14,8 +14,9 @@ import tvm
 from tvm import relax
 
 from ..errors import TexscopeError
+from ..graph import static_shape
 from ..rebuild import Constant as RelaxConstant
-from ..targets import BUFFER_SCOPE
+from ..targets import BUFFER_SCOPE, is_texture_scope
 
 
 
@@ -30,7 +31,7 @@ class TensorSpec:
 
     @property
     def is_texture(self) -> bool:
-        return "texture" in self.scope
+        return is_texture_scope(self.scope)
 
 
 @attrs.frozen
@@ -83,14 +84,10 @@ def _scope(ty: relax.TensorType) -> str:
 
 
 def _spec(name: str, ty) -> TensorSpec:
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        raise TexscopeError(f"the OpenCL executor needs tensors with shapes, not {ty}",
+    shape = static_shape(ty) if isinstance(ty, relax.TensorType) else None
+    if shape is None:
+        raise TexscopeError(f"the OpenCL executor needs tensors with static shapes, not {ty}",
                             "main", name)
-    try:
-        shape = tuple(int(d) for d in ty.shape.values)
-    except TypeError as err:
-        raise TexscopeError(f"the OpenCL executor needs static shapes, not {ty.shape}",
-                            "main", name) from err
     return TensorSpec(name, shape, str(ty.dtype), _scope(ty))
 
 

@@ -6,6 +6,7 @@ there is one) are needed only here.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -69,11 +70,21 @@ def device_target(device=None, base="qcom/adreno-opencl-texture") -> dict:
     return spec
 
 
+@functools.lru_cache(maxsize=32)
+def compiled(source: str, device):
+    """(context, program): ``source`` built by ``device``'s OpenCL compiler,
+    once per source and device; a compiler error is a TexscopeError."""
+    cl = pyopencl()
+    context = cl.Context([device])
+    try:
+        return context, cl.Program(context, source).build()
+    except cl.RuntimeError as err:
+        raise TexscopeError(f"{device.name.strip()} rejects the kernels: {err}") from None
+
+
 def compile_source(source: str, device=None):
     """Build ``source`` with the device's OpenCL compiler; returns the program."""
-    cl = pyopencl()
-    device = device or default_device()
-    return cl.Program(cl.Context([device]), source).build()
+    return compiled(source, device or default_device())[1]
 
 
 def _body(source: str, start: int) -> str:
