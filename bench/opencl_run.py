@@ -1,82 +1,213 @@
-"""Built networks run on the default OpenCL device: images against buffers.
+"""Built networks run on an OpenCL device: images against buffers.
 
-Each network is built twice for an Adreno target with the device's image
-limits: once as texscope plans it (textures where they pay), once with no
-texture allowed (every tensor a buffer).  Both run on the same inputs; the
-table gives the summed kernel and copy time from OpenCL profiling events
-(median of 5 runs), how many images and copies the run used, whether the
-outputs match the CPU, and the slowest commands of the texture build.
+Each network is built twice for an Adreno target: once as texscope plans it
+(textures where they pay), once with no texture allowed (every tensor a
+buffer).  Both are replayed on the same device, on the same inputs, in one
+process; the table gives the summed kernel and copy time from OpenCL
+profiling events (median of --repeat runs, per command), launches, images
+and copies of the texture build, and whether both builds' outputs match the
+CPU's (TVM's llvm build, computed where the networks were built).  The
+slowest commands of both builds follow.
 
-On PoCL (a CPU OpenCL) images are emulated in memory: these times show that
-the mechanism works end to end, not how fast a phone's GPU is.
+Where TVM is not installed (a GPU machine, a phone with Termux...), build
+here and replay there; the replay needs numpy and pyopencl only:
 
-Run: ``python bench/opencl_run.py [network ...]``
+    python bench/opencl_run.py --export DIR [network ...]   # here, with TVM
+    python bench/opencl_run.py --replay DIR [--device N]    # there
+
+``--export`` writes ``DIR/<network>/{textures,buffers}/`` (what ``texscope
+build`` writes for ``python -m texscope.opencl.replay``) and the inputs and
+CPU outputs as ``.npz``; the texture build uses the target's own limits, not
+this machine's.  Without ``--export``/``--replay`` it builds and runs here,
+with texture limits fitted to the device.
+
+On PoCL (a CPU OpenCL) images are emulated in memory: those times show that
+the mechanism works end to end, not how fast a phone's GPU is; a desktop
+GPU's are not a phone's either.
+
+Run: ``python bench/opencl_run.py [--device N] [--repeat R] [network ...]``
 """
 
 from __future__ import annotations
 
-import statistics
+import argparse
+import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
-import texscope
-from texscope import opencl, verify, zoo
+from texscope.errors import TexscopeError
+from texscope.opencl import replay as rp
+from texscope.opencl.plan import read_plan
 
-NETWORKS = {
-    "resnet": lambda: zoo.resnet_style(blocks=2),
-    "mobilenet_v2": lambda: zoo.mobilenet_v2_style(),
-    "unet": lambda: zoo.unet_style(),
-    "inception": lambda: zoo.inception_block(),
-    "chain64": lambda: zoo.conv_chain(64),
-}
-RUNS = 5
+NETWORKS = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
+BUILDS = ("textures", "buffers")
+TOLERANCE = 1e-3
+
+
+def network(name):
+    from texscope import zoo  # needs TVM: only where networks are built
+
+    return {
+        "resnet": lambda: zoo.resnet_style(blocks=2),
+        "mobilenet_v2": lambda: zoo.mobilenet_v2_style(),
+        "unet": lambda: zoo.unet_style(),
+        "inception": lambda: zoo.inception_block(),
+        "chain64": lambda: zoo.conv_chain(64),
+    }[name]()
 
 
 def scaled_inputs(mod):
     """Random inputs with conv weights scaled by 1/sqrt(fan-in), so that a
     64-conv chain stays finite."""
+    from texscope import verify
+
     arrays = verify.random_inputs(mod)
     return [(a / np.sqrt(np.prod(a.shape[1:]))).astype(a.dtype) if i and a.ndim == 4 else a
             for i, a in enumerate(arrays)]
 
 
-def timed_runs(result, inputs, device):
-    runs = [opencl.run(result, inputs, device) for _ in range(RUNS)]
-    total = statistics.median(sum(t.seconds for t in run.times) for run in runs)
-    return runs[0], total
+def targets(base, device=None) -> dict:
+    """The two builds' targets: ``base`` (fitted to ``device`` when given),
+    and the same with no room for any texture."""
+    from texscope import opencl
+    from texscope.targets import texture_target
+
+    with_images = (opencl.device_target(device, base) if device is not None
+                   else json.loads(str(texture_target(base).target)))
+    return {"textures": with_images,
+            "buffers": dict(with_images, texture_spatial_limit=1, texture_depth_limit=1)}
 
 
-def main(names) -> None:
-    device = opencl.default_device()
-    with_images = opencl.device_target(device)
-    buffers_only = dict(with_images, texture_spatial_limit=1, texture_depth_limit=1)
-    print(f"device: {device.name.strip()} ({device.platform.name.strip()}), "
-          f"image limit {with_images['texture_spatial_limit']} texels")
-    if "Portable Computing Language" in device.platform.name:
-        print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
-    header = ("network", "launches", "images", "copies", "images ms", "buffers ms",
-              "img/buf", "matches CPU")
-    rows, slowest = [], {}
+def export(directory: Path, names, base: str) -> None:
+    """Build every network both ways and write what a TVM-free replay needs."""
+    import texscope
+    from texscope import verify
+
     for name in names:
-        mod = NETWORKS[name]()
+        mod = network(name)
+        inputs = scaled_inputs(mod)
+        root = directory / name
+        for build_name, target in targets(base).items():
+            (root / build_name).mkdir(parents=True, exist_ok=True)
+            texscope.build(mod, target).export(root / build_name)
+        np.savez(root / "inputs.npz", *inputs)
+        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        print(f"exported {name} -> {root}", flush=True)
+
+
+def _measure(plan_dir: Path, inputs, expected, device, repeat: int) -> dict:
+    plan = read_plan(plan_dir)
+    runs = [rp.replay(plan, inputs, device) for _ in range(repeat)]
+    times = rp.median_times(runs)
+    abs_err, rel_err, ok = rp.errors_against(runs[0].outputs, expected, TOLERANCE, TOLERANCE)
+    return {"run": runs[0], "times": times, "total": sum(t.seconds for t in times),
+            "ok": ok, "abs_err": abs_err, "rel_err": rel_err}
+
+
+def measure_exported(directory: Path, names, device, repeat: int) -> dict:
+    results = {}
+    for name in names:
+        root = directory / name
+        plan = read_plan(root / "textures")
+        inputs = rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs")
+        expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
+        results[name] = _builds(lambda b: _measure(root / b, inputs, expected, device, repeat))
+    return results
+
+
+def measure_here(names, device, repeat: int, base: str) -> dict:
+    import tempfile
+
+    import texscope
+    from texscope import verify
+
+    results = {}
+    for name in names:
+        mod = network(name)
         inputs = scaled_inputs(mod)
         expected = verify.reference_outputs(mod, inputs)
-        textured, t_images = timed_runs(texscope.build(mod, with_images), inputs, device)
-        plain, t_buffers = timed_runs(texscope.build(mod, buffers_only), inputs, device)
-        ok = all(verify.compare(run.outputs, expected, 1e-3, 1e-3).ok for run in (textured, plain))
-        rows.append((name, len(textured.times) - textured.copies, textured.images, textured.copies,
-                     f"{t_images * 1e3:.2f}", f"{t_buffers * 1e3:.2f}",
-                     f"{t_images / t_buffers:.2f}", "yes" if ok else "NO"))
-        slowest[name] = textured.slowest()[:3]
+        with tempfile.TemporaryDirectory() as tmp:
+            def one(build_name, mod=mod, inputs=inputs, expected=expected, tmp=tmp):
+                out = Path(tmp) / build_name
+                out.mkdir()
+                texscope.build(mod, targets(base, device)[build_name]).export(out)
+                return _measure(out, inputs, expected, device, repeat)
+
+            results[name] = _builds(one)
+    return results
+
+
+def _builds(measure) -> dict:
+    row = {}
+    for build_name in BUILDS:
+        try:
+            row[build_name] = measure(build_name)
+        except TexscopeError as err:  # a compiler rejection is a finding, not the end
+            row[build_name] = {"error": str(err)}
+    return row
+
+
+def _ms(result) -> str:
+    return f"{result['total'] * 1e3:.3f}" if "total" in result else "failed"
+
+
+def print_table(results: dict, top: int) -> None:
+    header = ("network", "launches", "images", "copies", "images ms", "buffers ms",
+              "img/buf", "matches CPU (img, buf)")
+    rows = []
+    for name, row in results.items():
+        tex, buf = row["textures"], row["buffers"]
+        run = tex.get("run")
+        ratio = (f"{tex['total'] / buf['total']:.2f}" if "total" in tex and "total" in buf
+                 else "-")
+        matches = ", ".join(("yes" if r["ok"] else f"NO ({r['abs_err']:.2g})") if "ok" in r
+                            else "failed" for r in (tex, buf))
+        rows.append((name, run.launches if run else "-", run.images if run else "-",
+                     run.copies if run else "-", _ms(tex), _ms(buf), ratio, matches))
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
-    print("\nslowest commands with images:")
-    for name, times in slowest.items():
-        for t in times:
-            print(f"  {name:<13} {t.seconds * 1e3:8.3f} ms  {t.binding:<10} {t.kernel}")
+    for name, row in results.items():
+        for build_name in BUILDS:
+            result = row[build_name]
+            if "error" in result:
+                print(f"\n{name} ({build_name}) failed: {result['error']}")
+                continue
+            print(f"\n{name} ({build_name}), slowest commands:")
+            for t in sorted(result["times"], key=lambda t: -t.seconds)[:top]:
+                print(f"  {t.seconds * 1e3:8.3f} ms  {t.binding:<12} {t.kernel}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("networks", nargs="*", help=f"default: {' '.join(NETWORKS)}")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--export", metavar="DIR", help="build only, for a replay elsewhere")
+    mode.add_argument("--replay", metavar="DIR", help="replay what --export wrote (no TVM)")
+    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--target", default="adreno-opencl")
+    p.add_argument("--top", type=int, default=3, help="slowest commands listed per build")
+    args = p.parse_args(argv)
+    if args.export:
+        export(Path(args.export), args.networks or NETWORKS, args.target)
+        return 0
+    device = rp.pick_device(args.device)
+    print(f"device: {device.name.strip()} ({device.platform.name.strip()}, "
+          f"driver {device.driver_version.strip()})")
+    if "Portable Computing Language" in device.platform.name:
+        print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
+    if args.replay:
+        root = Path(args.replay)
+        names = args.networks or sorted(p.name for p in root.iterdir() if (p / "textures").is_dir())
+        results = measure_exported(root, names, device, args.repeat)
+    else:
+        results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
+    print_table(results, args.top)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(NETWORKS))
+    sys.exit(main())

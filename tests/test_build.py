@@ -75,7 +75,8 @@ def test_depthwise_networks_build(builds):
 def test_export_writes_the_artifacts(builds, tmp_path):
     out = builds["seed"].export(tmp_path)
     assert sorted(p.name for p in out.iterdir()) == [
-        "kernels.cl", "model.so", "report.html", "report.json", "report.md", "report.svg"]
+        "kernels.cl", "model.so", "plan.json", "report.html", "report.json", "report.md",
+        "report.svg"]
     report = json.loads((out / "report.json").read_text())
     assert report["summary"]["kernels"] == 4
     assert {t["name"]: t["scope"] for t in report["tensors"]}["lv"] == "global.texture-nhwc"

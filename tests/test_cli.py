@@ -17,7 +17,8 @@ def test_build_a_tvmscript_file(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "tensors: " in printed and "convert_layout" in printed and "codegen" in printed
     assert {p.name for p in tmp_path.iterdir()} == {
-        "kernels.cl", "model.so", "report.html", "report.json", "report.md", "report.svg"}
+        "kernels.cl", "model.so", "plan.json", "report.html", "report.json", "report.md",
+        "report.svg"}
 
 
 def conv_relu_onnx(path):

@@ -1,41 +1,79 @@
-"""texscope: texture or buffer, for every tensor of a TVM Relax model on mobile GPUs."""
+"""texscope: texture or buffer, for every tensor of a TVM Relax model on mobile GPUs.
 
-from . import examples, zoo
-from .build import BuildResult, build, get_default_pipeline
-from .collect_consumer import ConsumerInfo, Demand, collect_consumer
-from .collect_producer import ProducerInfo, ScopeChoice, collect_producer
-from .convert_layout import ConvertToPackedLayout
-from .cost import PlanCost, plan_cost
-from .define_vdevice import define_vdevice
+Names are imported on first use (PEP 562), so that the TVM-free parts (the
+portable OpenCL replay, ``texscope.scopes``, ``texscope.errors``) can be
+imported where TVM is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
 from .errors import TexscopeError
-from .pipeline import AnnotateTextureScope, texture_scope_pipeline
-from .registry import OpKey, OpSupport, PatternKey, Storage, register_op
-from .targets import TextureTarget, texture_target
 
-__all__ = [
-    "examples",
-    "zoo",
-    "BuildResult",
-    "build",
-    "get_default_pipeline",
-    "AnnotateTextureScope",
-    "ConsumerInfo",
-    "ConvertToPackedLayout",
-    "Demand",
-    "OpKey",
-    "PlanCost",
-    "OpSupport",
-    "PatternKey",
-    "ProducerInfo",
-    "ScopeChoice",
-    "Storage",
-    "TexscopeError",
-    "TextureTarget",
-    "collect_consumer",
-    "collect_producer",
-    "define_vdevice",
-    "plan_cost",
-    "register_op",
-    "texture_scope_pipeline",
-    "texture_target",
-]
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "BuildResult": "build",
+    "build": "build",
+    "get_default_pipeline": "build",
+    "AnnotateTextureScope": "pipeline",
+    "texture_scope_pipeline": "pipeline",
+    "ConsumerInfo": "collect_consumer",
+    "Demand": "collect_consumer",
+    "collect_consumer": "collect_consumer",
+    "ProducerInfo": "collect_producer",
+    "ScopeChoice": "collect_producer",
+    "collect_producer": "collect_producer",
+    "ConvertToPackedLayout": "convert_layout",
+    "PlanCost": "cost",
+    "plan_cost": "cost",
+    "define_vdevice": "define_vdevice",
+    "OpKey": "registry",
+    "OpSupport": "registry",
+    "PatternKey": "registry",
+    "Storage": "registry",
+    "register_op": "registry",
+    "TextureTarget": "targets",
+    "texture_target": "targets",
+}
+_SUBMODULES = frozenset({
+    "build", "cleanup", "cli", "collect_consumer", "collect_producer", "convert_layout", "cost",
+    "define_vdevice", "errors", "examples", "exhaustive", "explain", "graph", "legalize",
+    "mincut", "opencl", "pad_channels", "pipeline", "rebuild", "registry", "report",
+    "schedule", "scopes", "specialize", "targets", "upstream", "verify", "zoo",
+})
+
+__all__ = ["TexscopeError", *_EXPORTS, "examples", "zoo", "verify", "opencl"]
+
+
+# Functions named as their module (texscope.build, texscope.collect_consumer...):
+# the import system sets the package attribute to the submodule when the
+# submodule loads; the function must stay the public name.
+_SHADOWED = frozenset(name for name, module in _EXPORTS.items() if name == module)
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})

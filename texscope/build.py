@@ -40,6 +40,7 @@ from .convert_layout import ConvertToPackedLayout
 from .cost import plan_cost
 from .explain import report_html
 from .legalize import PACKED_CONV, LegalizeOnce
+from .opencl.executor import plan_of
 from .opencl.source import kernel_signatures
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
@@ -198,8 +199,10 @@ class BuildResult:
     kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
 
     def export(self, directory) -> Path:
-        """Write model.so, kernels.cl, report.json, report.md and report.html
-        (with graph.svg when Graphviz is installed) into ``directory``."""
+        """Write model.so, report.json, report.md and report.html (with
+        graph.svg when Graphviz is installed) into ``directory``; for OpenCL
+        also the portable program that ``python -m texscope.opencl.replay``
+        runs without TVM: kernels.cl, plan.json and weights.npz."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         if self.executable is not None:
@@ -211,7 +214,8 @@ class BuildResult:
                                                options=["-shared"], cc=compiler)
             else:
                 self.executable.export_library(str(out / "model.so"))
-        (out / "kernels.cl").write_text(self.opencl_source)
+        if self.kernels is not None and self.opencl_source:
+            plan_of(self).write(out)
         (out / "report.json").write_text(self.report.to_json())
         (out / "report.md").write_text(self.report.to_markdown())
         report_html(self.report, out / "report.html")

@@ -1,37 +1,20 @@
 """What texscope knows about GPUs: texture limits, texture flavours, VDevices.
 
-A texture holds a 5-D packed tensor ``[d0, d1, d2, d3, 4]``; the last axis is the
-RGBA texel.  Each *flavour* (a TVM memory scope) folds the four outer axes into
-an image array of ``layers x height x width`` texels in its own way; the
-flavour a tensor gets is the first one, in order of preference, whose image
-fits the device's limits.
+How a texture flavour folds a packed tensor into an image is in ``scopes.py``;
+the flavour a tensor gets is the first one, in order of preference, whose
+image fits the device's limits.
 """
 
 from __future__ import annotations
-
-import math
 
 import attrs
 import tvm
 from tvm import relax
 
 from .errors import TexscopeError
-
-BUFFER_SCOPE = "global"
-
-# Which outer axes of [d0, d1, d2, d3, 4] multiply into (layers, height, width),
-# matching TVM's texture flattening for each scope (s_tir/dlight/adreno/utils.py).
-FLAVOUR_AXES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {
-    "global.texture-weight": ((), (0,), (1, 2, 3)),
-    "global.texture-nhwc": ((0,), (1,), (2, 3)),
-    "global.texture": ((0, 1), (2,), (3,)),
-}
-TEXEL_LANES = 4
-
-
-def is_texture_scope(scope) -> bool:
-    """Whether a memory scope is a texture one (as TVM's IsTextureStorage decides)."""
-    return "texture" in str(scope)
+from .scopes import (  # noqa: F401  (re-exported: targets is where GPUs are described)
+    BUFFER_SCOPE, FLAVOUR_AXES, TEXEL_LANES, image_extent, is_packed_texel_shape, is_texture_scope,
+)
 
 
 @attrs.frozen
@@ -115,14 +98,12 @@ class TextureTarget:
         """Decide whether a tensor of this shape and dtype can be a texture."""
         if shape is None:
             return TextureFit(None, "shape is not static")
-        if len(shape) != 5 or shape[-1] != TEXEL_LANES:
+        if not is_packed_texel_shape(shape):
             return TextureFit(None, f"shape {list(shape)} is not 5-D packed with inner axis 4")
         if dtype not in self.preset.texel_dtypes:
             return TextureFit(None, f"dtype {dtype} is not a texel type")
         for flavour in self.preset.flavours:
-            layers, height, width = (
-                math.prod(shape[axis] for axis in group) for group in FLAVOUR_AXES[flavour]
-            )
+            layers, height, width = image_extent(shape, flavour)
             if (
                 layers <= self.depth_limit
                 and height <= self.spatial_limit

@@ -1,10 +1,35 @@
-"""texscope's OpenCL: checks on the emitted source, and an executor that runs
-a build on a real OpenCL implementation (PoCL in CI, any GPU where there is one).
+"""texscope's OpenCL: checks on the emitted source, the portable plan of a
+build, and its replay on a real OpenCL implementation (PoCL in CI, any GPU
+where there is one).
 
 pyopencl and an OpenCL driver with image support are needed only here.
+``plan``, ``replay``, ``memory`` and ``source`` import no TVM (the replay runs
+where only numpy and pyopencl are installed); ``executor``, ``program`` and
+``launches`` read a build and need TVM.  Names load on first use, so that
+``python -m texscope.opencl.replay`` imports nothing it does not run.
 """
 
-from .executor import KernelTime, RunResult, run
-from .source import compile_source, default_device, device_target, image_misuse
+from __future__ import annotations
 
-__all__ = ["KernelTime", "RunResult", "compile_source", "default_device", "device_target", "image_misuse", "run"]
+import importlib
+
+_EXPORTS = {
+    "KernelTime": "replay",
+    "RunResult": "replay",
+    "compile_source": "source",
+    "default_device": "source",
+    "device_target": "source",
+    "image_misuse": "source",
+    "plan_of": "executor",
+    "run": "executor",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value

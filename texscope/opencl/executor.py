@@ -1,95 +1,75 @@
-"""Run a texscope build on an OpenCL device.
+"""Run a texscope build on an OpenCL device: make its plan, then replay it.
 
-Three parts, each readable alone: the program walk (``program.py``: which
-calls and copies run, on which tensors), memory by scope (``memory.py``:
-images for textures, buffers otherwise) and the launches (``launches.py``:
-kernel, arguments and work sizes from the lowered TIR).  The planner is not
-consulted: scopes come from the built module's types, and a kernel that
-declares an image for a tensor held in a buffer (or the reverse) is an error.
+The plan (``plan.py``) is read off the build: the call sequence from the
+Relax ``main`` (``program.py``) and each call's kernel launches from the TIR
+that TVM compiled (``launches.py``).  Running it is ``replay.py``'s job, the
+same code that runs a plan ``texscope build`` wrote to disk, without TVM.
+The planner is not consulted: scopes come from the built module's types.
 """
 
 from __future__ import annotations
 
-
-import attrs
-import numpy as np
-
 from ..errors import TexscopeError
-from .launches import Launch, ScalarArg, WorkspaceArg, kernel_launches
-from .memory import DeviceMemory
-from .program import KernelCall, TensorSpec, read_program
-from .source import compiled, default_device, kernel_signatures, pyopencl
+from .launches import Launch, ParamArg, kernel_launches
+from .plan import CopyStep, KernelStep, Plan, TensorArg
+from .program import Copy, KernelCall, Program, read_program
+from .replay import KernelTime, RunResult, replay
+
+__all__ = ["KernelTime", "RunResult", "plan_of", "run"]
 
 
-@attrs.frozen
-class KernelTime:
-    """One command of the run, timed by OpenCL profiling events."""
+def _kernel_steps(call: KernelCall, launches: tuple[Launch, ...]) -> list[KernelStep]:
+    def bound(arg):
+        if isinstance(arg, ParamArg):
+            return TensorArg(call.tensors[arg.index].name, arg.scope)
+        return arg
 
-    binding: str
-    kernel: str
-    seconds: float
-
-
-@attrs.frozen
-class RunResult:
-    """Outputs of :func:`run` and what it took."""
-
-    outputs: tuple[np.ndarray, ...] = attrs.field(eq=False)
-    times: tuple[KernelTime, ...]
-    images: int
-    copies: int
-
-    def slowest(self) -> list[KernelTime]:
-        return sorted(self.times, key=lambda t: -t.seconds)
+    return [KernelStep(call.binding, call.function, launch.kernel,
+                       tuple(bound(arg) for arg in launch.args),
+                       launch.global_size, launch.local_size)
+            for launch in launches]
 
 
-def _scalar(arg: ScalarArg):
-    return np.dtype(arg.dtype).type(arg.value)
+def _tensors(program: Program) -> dict:
+    tensors = {}
+    for spec in (*(i.tensor for i in program.inputs), *(c.tensor for c in program.constants),
+                 *program.outputs):
+        tensors[spec.name] = spec
+    for step in program.steps:
+        for spec in (step.tensors if isinstance(step, KernelCall) else (step.source, step.target)):
+            tensors[spec.name] = spec
+    return tensors
 
 
-class _Launcher:
-    def __init__(self, cl, program, memory: DeviceMemory, source: str):
-        self.cl = cl
-        self.program = program
-        self.memory = memory
-        self.kernels: dict[str, object] = {}
-        self.declared = {name: [p.strip() for p in params.split(",")]
-                         for name, params in kernel_signatures(source).items()}
+def plan_of(result) -> Plan:
+    """The portable plan of a :func:`texscope.build` result built for OpenCL.
 
-    def _check_declaration(self, launch: Launch, position: int, tensor: TensorSpec, binding: str):
-        """An image parameter must hold a texture, a pointer a buffer."""
-        declared = self.declared[launch.kernel][position]
-        if tensor.is_texture != ("image2d_array_t" in declared):
-            raise TexscopeError(
-                f"kernel {launch.kernel} declares `{declared}` for {tensor.name}, held in "
-                f"{tensor.scope!r}; the executor makes image2d_array_t images for textures "
-                "and buffers otherwise", "main", binding)
-
-    def kernel(self, name: str, binding: str):
-        if name not in self.kernels:
-            if name not in self.program.kernel_names.split(";"):
-                raise TexscopeError(f"kernel {name} is not in the OpenCL source", "main", binding)
-            self.kernels[name] = self.cl.Kernel(self.program, name)
-        return self.kernels[name]
-
-    def run(self, call: KernelCall, launch: Launch):
-        kernel = self.kernel(launch.kernel, call.binding)
-        for position, arg in enumerate(launch.args):
-            if isinstance(arg, ScalarArg):
-                kernel.set_arg(position, _scalar(arg))
-                continue
-            if isinstance(arg, WorkspaceArg):
-                kernel.set_arg(position, self.memory.workspace((call.binding, arg.name), arg.nbytes))
-                continue
-            tensor = call.tensors[arg.index]
-            if tensor.scope != arg.scope:
-                raise TexscopeError(
-                    f"kernel {launch.kernel} takes {tensor.name} as {arg.scope!r} but the "
-                    f"program holds it in {tensor.scope!r}", "main", call.binding)
-            self._check_declaration(launch, position, tensor, call.binding)
-            kernel.set_arg(position, self.memory.allocate(tensor))
-        return self.cl.enqueue_nd_range_kernel(
-            self.memory.queue, kernel, launch.global_size, launch.local_size)
+    Raises
+    ------
+    TexscopeError
+        The build has no OpenCL kernels, or a call was not lowered to kernels.
+    """
+    if result.kernels is None or not result.opencl_source:
+        raise TexscopeError("this build has no OpenCL kernels to run (was it built for OpenCL?)")
+    program = read_program(result.module)
+    launches = kernel_launches(result.kernels)
+    steps = []
+    for step in program.steps:
+        if isinstance(step, Copy):
+            steps.append(CopyStep(step.binding, step.source.name, step.target.name))
+        elif step.function in launches:
+            steps += _kernel_steps(step, launches[step.function])
+        else:
+            raise TexscopeError(f"{step.function} was not lowered to kernels", "main", step.binding)
+    return Plan(
+        source=result.opencl_source,
+        tensors=_tensors(program),
+        inputs=tuple(i.tensor.name for i in program.inputs),
+        constants={c.tensor.name: c.value for c in program.constants},
+        steps=tuple(steps),
+        outputs=tuple(spec.name for spec in program.outputs),
+        target=result.report.target,
+    )
 
 
 def run(result, inputs, device=None) -> RunResult:
@@ -108,38 +88,4 @@ def run(result, inputs, device=None) -> RunResult:
     -------
     RunResult
     """
-    cl = pyopencl()
-    if result.kernels is None or not result.opencl_source:
-        raise TexscopeError("this build has no OpenCL kernels to run (was it built for OpenCL?)")
-    program = read_program(result.module)
-    launches = kernel_launches(result.kernels)
-    if len(inputs) != len(program.inputs):
-        raise TexscopeError(f"main takes {len(program.inputs)} inputs, got {len(inputs)}")
-    device = device or default_device()
-    context, kernels = compiled(result.opencl_source, device)
-    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    memory = DeviceMemory(cl, context, queue)
-    for item in program.inputs:
-        memory.upload(item.tensor, inputs[item.index])
-    for constant in program.constants:
-        memory.upload(constant.tensor, constant.value)
-    launcher = _Launcher(cl, kernels, memory, result.opencl_source)
-    events = []
-    for step in program.steps:
-        if isinstance(step, KernelCall):
-            if step.function not in launches:
-                raise TexscopeError(f"{step.function} was not lowered to kernels", "main", step.binding)
-            events += [(step.binding, launch.kernel, launcher.run(step, launch))
-                       for launch in launches[step.function]]
-        else:
-            events.append((step.binding, "to_vdevice", memory.copy(step.source, step.target)))
-    outputs = tuple(memory.download(spec) for spec in program.outputs)
-    times = tuple(
-        KernelTime(binding, kernel, (event.profile.end - event.profile.start) * 1e-9)
-        for binding, kernel, event in events
-    )
-    return RunResult(
-        outputs, times,
-        images=sum(isinstance(spec, TensorSpec) and spec.is_texture for spec in memory.objects),
-        copies=sum(kernel == "to_vdevice" for _, kernel, _ in events),
-    )
+    return replay(plan_of(result), inputs, device)

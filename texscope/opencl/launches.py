@@ -17,7 +17,8 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import TexscopeError
-from ..targets import is_texture_scope
+from ..scopes import is_texture_scope
+from .plan import ScalarArg, WorkspaceArg
 
 _CALL_KERNEL = "tirx.call_ffi_kernel"
 _BUFFER_DATA = "tirx.buffer_data"
@@ -27,7 +28,7 @@ _DEVICE_KERNEL = 2
 
 
 @attrs.frozen
-class TensorArg:
+class ParamArg:
     """A kernel argument bound to the host function's tensor parameter ``index``.
 
     ``scope`` is the storage the kernel declares for it (``global`` for a
@@ -39,28 +40,11 @@ class TensorArg:
 
 
 @attrs.frozen
-class WorkspaceArg:
-    """Scratch memory the host function allocates for its kernels (a padded
-    input, say): ``nbytes`` of buffer, private to one call."""
-
-    name: str
-    nbytes: int
-
-
-@attrs.frozen
-class ScalarArg:
-    """A kernel argument known at compile time."""
-
-    value: int | float
-    dtype: str
-
-
-@attrs.frozen
 class Launch:
     """One kernel launch: OpenCL global and local work sizes (x, y, z)."""
 
     kernel: str
-    args: tuple[TensorArg | WorkspaceArg | ScalarArg, ...]
+    args: tuple[ParamArg | WorkspaceArg | ScalarArg, ...]
     global_size: tuple[int, int, int]
     local_size: tuple[int, int, int]
 
@@ -136,12 +120,12 @@ class _HostReader:
             tuple(g * b for g, b in zip(grid, block)), tuple(block),
         )
 
-    def _arg(self, value, param) -> TensorArg | WorkspaceArg | ScalarArg:
+    def _arg(self, value, param) -> ParamArg | WorkspaceArg | ScalarArg:
         if isinstance(param.ty, tvm.ir.PointerType):
             bound = self._bound(value)
             if isinstance(bound, WorkspaceArg):
                 return bound
-            return TensorArg(bound, str(param.ty.storage_scope))
+            return ParamArg(bound, str(param.ty.storage_scope))
         if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
             return ScalarArg(value.value, str(value.dtype))
         raise _unsupported(self.name, f"the run-time scalar argument {value}")

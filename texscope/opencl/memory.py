@@ -2,7 +2,7 @@
 
 A texture-scoped tensor ``[d0, d1, d2, d3, 4]`` is an ``image2d_array_t`` of
 ``layers x height x width`` RGBA texels, its outer axes folded as TVM's OpenCL
-runtime folds them for the scope (``targets.FLAVOUR_AXES``).  Row-major order
+runtime folds them for the scope (``scopes.image_extent``).  Row-major order
 of the tensor is then the image's own (x fastest, then y, then layer), so
 uploads, downloads and buffer/image copies move the bytes unchanged.
 """
@@ -13,23 +13,22 @@ import math
 
 import numpy as np
 
+from .. import scopes
 from ..errors import TexscopeError
-from ..targets import BUFFER_SCOPE, FLAVOUR_AXES, TEXEL_LANES
-from .program import TensorSpec
+from ..scopes import BUFFER_SCOPE, TEXEL_LANES
+from .plan import TensorSpec
 
 _CHANNEL_TYPES = {"float32": "FLOAT", "float16": "HALF_FLOAT"}
 
 
 def image_extent(spec: TensorSpec) -> tuple[int, int, int]:
     """(width, height, layers) of a texture-scoped tensor's image."""
-    if spec.scope not in FLAVOUR_AXES:
+    if spec.scope not in scopes.FLAVOUR_AXES:
         raise TexscopeError(f"tensor {spec.name}: unknown texture scope {spec.scope!r}")
-    if len(spec.shape) != 5 or spec.shape[-1] != TEXEL_LANES:
+    if not scopes.is_packed_texel_shape(spec.shape):
         raise TexscopeError(f"tensor {spec.name}: a {spec.scope} image needs a 5-D shape with "
                             f"an inner axis of {TEXEL_LANES}, not {list(spec.shape)}")
-    layers, height, width = (
-        math.prod(spec.shape[axis] for axis in axes) for axes in FLAVOUR_AXES[spec.scope]
-    )
+    layers, height, width = scopes.image_extent(spec.shape, spec.scope)
     return width, height, layers
 
 
@@ -74,6 +73,10 @@ class DeviceMemory:
             memory = cl.Buffer(self.context, flags, size=max(nbytes, 1))
         self.objects[spec] = memory
         return memory
+
+    def images(self) -> int:
+        """How many images this run made."""
+        return sum(isinstance(key, TensorSpec) and key.is_texture for key in self.objects)
 
     def workspace(self, key, nbytes: int):
         """Scratch buffer ``key`` of at least ``nbytes``."""

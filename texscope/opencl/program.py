@@ -16,22 +16,8 @@ from tvm import relax
 from ..errors import TexscopeError
 from ..graph import static_shape
 from ..rebuild import Constant as RelaxConstant
-from ..targets import BUFFER_SCOPE, is_texture_scope
-
-
-
-@attrs.frozen
-class TensorSpec:
-    """One tensor of the program: its name, shape, element type and storage."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    scope: str
-
-    @property
-    def is_texture(self) -> bool:
-        return is_texture_scope(self.scope)
+from ..scopes import BUFFER_SCOPE
+from .plan import TensorSpec
 
 
 @attrs.frozen

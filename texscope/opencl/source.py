@@ -70,11 +70,27 @@ def device_target(device=None, base="qcom/adreno-opencl-texture") -> dict:
     return spec
 
 
+# TVM's OpenCL codegen enables this extension whenever a kernel uses half.
+HALF_PRAGMA = re.compile(r"#pragma\s+OPENCL\s+EXTENSION\s+cl_khr_fp16\s*:\s*enable")
+
+
+def missing_extensions(source: str, device) -> list[str]:
+    """OpenCL extensions ``source`` needs that ``device`` lacks."""
+    needs = ["cl_khr_fp16"] if HALF_PRAGMA.search(source) else []
+    return [ext for ext in needs if ext not in device.extensions.split()]
+
+
 @functools.lru_cache(maxsize=32)
 def compiled(source: str, device):
     """(context, program): ``source`` built by ``device``'s OpenCL compiler,
-    once per source and device; a compiler error is a TexscopeError."""
+    once per source and device; a compiler error, or an extension the kernels
+    need and the device lacks, is a TexscopeError."""
     cl = pyopencl()
+    if missing := missing_extensions(source, device):
+        raise TexscopeError(
+            f"{device.name.strip()} lacks {', '.join(missing)}, which these kernels need "
+            "(float16 tensors are computed in half precision): run them on a device that "
+            "has it (Adreno and Mali GPUs do) or build the model in float32")
     context = cl.Context([device])
     try:
         return context, cl.Program(context, source).build()

@@ -1,0 +1,198 @@
+"""The portable program: a build's plan on disk, replayed without TVM."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+from tvm import relax
+
+import texscope
+from texscope import opencl, verify
+from texscope.opencl.plan import CopyStep, KernelStep, TensorArg, read_plan
+from texscope.opencl.replay import replay
+from texscope.opencl.source import missing_extensions
+
+from modules import rules
+
+# Runs the replay module as `python -m` would, with every tvm import failing,
+# and exits 3 if any tvm module got loaded all the same.
+WITHOUT_TVM = textwrap.dedent("""
+    import runpy, sys
+
+    class NoTVM:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tvm", "tvm_ffi"):
+                raise ImportError(name + " is not installed here")
+
+    sys.meta_path.insert(0, NoTVM())
+    sys.argv = ["replay", *sys.argv[1:]]
+    try:
+        runpy.run_module("texscope.opencl.replay", run_name="__main__")
+    finally:
+        if [m for m in sys.modules if m.split(".")[0] in ("tvm", "tvm_ffi")]:
+            sys.exit(3)
+""")
+
+
+def replay_without_tvm(*args):
+    return subprocess.run([sys.executable, "-c", WITHOUT_TVM, *map(str, args)],
+                          capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def conflict():
+    """rules.Conflict with its 3x3 weights bound as a constant: a plan with a
+    copy (image -> buffer), constants, a tuple output and inputs."""
+    rng = np.random.default_rng(1)
+    w = (rng.uniform(-1, 1, (8, 8, 3, 3)) / np.sqrt(72)).astype("float32")
+    mod = relax.transform.BindParams("main", {"w": w})(rules.Conflict)
+    inputs = verify.random_inputs(mod)
+    result = texscope.build(mod, "adreno-opencl")
+    return types.SimpleNamespace(mod=mod, inputs=inputs, result=result,
+                                 plan=opencl.plan_of(result))
+
+
+def test_the_plan_holds_the_copy_the_constants_and_the_launches(conflict):
+    plan = conflict.plan
+    (copy,) = [s for s in plan.steps if isinstance(s, CopyStep)]
+    assert plan.spec(copy.source).is_texture and not plan.spec(copy.target).is_texture
+    assert len(plan.inputs) == 2 and len(plan.outputs) == 3
+    assert plan.constants and all(plan.spec(n).shape == a.shape
+                                  for n, a in plan.constants.items())
+    # Every launch names declared tensors, with the scope the program holds them in.
+    for step in plan.steps:
+        if isinstance(step, KernelStep):
+            for arg in step.args:
+                if isinstance(arg, TensorArg):
+                    assert plan.spec(arg.tensor).scope == arg.scope
+    assert conflict.result.report.build["copies_left"] == 1
+
+
+def test_the_plan_round_trips_through_its_files(conflict, tmp_path):
+    written = conflict.plan.write(tmp_path)
+    assert sorted(p.name for p in written) == ["kernels.cl", "plan.json", "weights.npz"]
+    again = read_plan(tmp_path)
+    assert again == conflict.plan
+    assert again.constants.keys() == conflict.plan.constants.keys()
+    for name, value in conflict.plan.constants.items():
+        np.testing.assert_array_equal(again.constants[name], value)
+
+
+def test_replay_without_tvm_gives_the_numbers_of_opencl_run(conflict, tmp_path):
+    conflict.result.export(tmp_path / "out")
+    np.savez(tmp_path / "inputs.npz", *conflict.inputs)
+    in_process = opencl.run(conflict.result, conflict.inputs)
+    expected = verify.reference_outputs(conflict.mod, conflict.inputs)
+    np.savez(tmp_path / "expected.npz", *expected)
+    done = replay_without_tvm(tmp_path / "out", "--inputs", tmp_path / "inputs.npz",
+                              "--expected", tmp_path / "expected.npz",
+                              "--save-outputs", tmp_path / "outputs.npz",
+                              "--times", tmp_path / "times.json")
+    assert done.returncode == 0, done.stderr
+    assert "1 copies" in done.stdout and "-> OK" in done.stdout
+    with np.load(tmp_path / "outputs.npz") as saved:
+        replayed = [saved[name] for name in conflict.plan.outputs]
+    for got, want in zip(replayed, in_process.outputs):
+        np.testing.assert_array_equal(got, want)
+    assert verify.compare(replayed, expected, 1e-3, 1e-3).ok
+    times = json.loads((tmp_path / "times.json").read_text())
+    assert times["copies"] == 1 and len(times["commands"]) == len(in_process.times)
+
+
+def test_replay_reports_a_mismatch_with_exit_status_1(conflict, tmp_path):
+    conflict.result.export(tmp_path / "out")
+    np.savez(tmp_path / "inputs.npz", *conflict.inputs)
+    wrong = [o + 0.5 for o in verify.reference_outputs(conflict.mod, conflict.inputs)]
+    np.savez(tmp_path / "expected.npz", *wrong)
+    done = replay_without_tvm(tmp_path / "out", "--inputs", tmp_path / "inputs.npz",
+                              "--expected", tmp_path / "expected.npz")
+    assert done.returncode == 1 and "-> MISMATCH" in done.stdout
+
+
+def _plan_dir(conflict, tmp_path, edit):
+    out = tmp_path / "plan"
+    out.mkdir()
+    conflict.plan.write(out)
+    data = json.loads((out / "plan.json").read_text())
+    text = edit(data)
+    (out / "plan.json").write_text(text if isinstance(text, str) else json.dumps(data))
+    return out
+
+
+def _drop_tensor(data):
+    data["tensors"] = [t for t in data["tensors"] if t["name"] != data["outputs"][0]]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(version=99), r"plan version 99; this texscope reads version 1"),
+    (lambda d: d.update(format="other"), r"not a texscope OpenCL plan"),
+    (lambda d: d.pop("steps"), r"incomplete plan \(KeyError: 'steps'\)"),
+    (_drop_tensor, r"steps name tensors the plan does not declare"),
+    (lambda d: '{\n "format": "texscope-opencl-plan",\n oops\n}', r"plan.json:3: not JSON"),
+])
+def test_a_broken_plan_is_one_line_exit_2(conflict, tmp_path, edit, message):
+    out = _plan_dir(conflict, tmp_path, edit)
+    with pytest.raises(texscope.TexscopeError, match=message):
+        read_plan(out)
+    done = replay_without_tvm(out)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("replay: error: ") and done.stderr.count("\n") == 1
+
+
+def test_replay_refuses_a_directory_without_a_plan_and_existing_output_files(conflict, tmp_path):
+    done = replay_without_tvm(tmp_path)
+    assert done.returncode == 2 and "no plan.json; write one with `texscope build" in done.stderr
+    conflict.plan.write(tmp_path)
+    mine = tmp_path / "mine.npz"
+    mine.write_bytes(b"the user's")
+    done = replay_without_tvm(tmp_path, "--save-outputs", mine)
+    assert done.returncode == 2 and "exists; replay writes only new files" in done.stderr
+    assert mine.read_bytes() == b"the user's"
+
+
+def test_inputs_by_name_or_position_and_a_wrong_file_is_named(conflict, tmp_path):
+    conflict.plan.write(tmp_path)
+    np.savez(tmp_path / "named.npz", **dict(zip(conflict.plan.inputs, conflict.inputs)))
+    np.savez(tmp_path / "wrong.npz", nothing=np.zeros(1))
+    assert replay_without_tvm(tmp_path, "--inputs", tmp_path / "named.npz").returncode == 0
+    done = replay_without_tvm(tmp_path, "--inputs", tmp_path / "wrong.npz")
+    assert done.returncode == 2
+    assert f"must be named {', '.join(conflict.plan.inputs)} (or be arr_0..arr_1)" in done.stderr
+
+
+def test_importing_texscope_loads_no_tvm_until_a_name_needs_it():
+    script = textwrap.dedent("""
+        import sys
+        import texscope, texscope.opencl, texscope.opencl.replay, texscope.scopes
+        assert not [m for m in sys.modules if m.split(".")[0] == "tvm"], "tvm loaded early"
+        import texscope.build
+        assert callable(texscope.build) and callable(texscope.collect_consumer)
+        assert callable(texscope.verify.check_invariants)
+        assert callable(texscope.opencl.run)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_half_kernels_need_cl_khr_fp16_and_the_device_is_asked():
+    source = texscope.build(rules.Seed, "adreno-opencl").opencl_source
+    half = "#ifdef cl_khr_fp16\n#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n#endif\n"
+    assert missing_extensions(source, types.SimpleNamespace(extensions="")) == []
+    without = types.SimpleNamespace(extensions="cl_khr_fp64 cl_khr_int64_base_atomics")
+    assert missing_extensions(half + source, without) == ["cl_khr_fp16"]
+    with_half = types.SimpleNamespace(extensions="cl_khr_fp64 cl_khr_fp16")
+    assert missing_extensions(half + source, with_half) == []
+
+
+def test_run_replays_the_plan_it_makes(conflict, monkeypatch):
+    """texscope.opencl.run is plan_of then replay: what the disk replay runs."""
+    seen = []
+    monkeypatch.setattr("texscope.opencl.executor.replay",
+                        lambda plan, inputs, device=None: seen.append(plan) or "ran")
+    assert opencl.run(conflict.result, conflict.inputs) == "ran"
+    assert seen == [conflict.plan]
+

@@ -1,0 +1,45 @@
+"""Memory scopes and how a texture scope folds a tensor into an image.
+
+Kept free of TVM: the portable replay (``texscope.opencl.replay``) needs it on
+machines where only numpy and pyopencl are installed.
+
+A texture holds a 5-D packed tensor ``[d0, d1, d2, d3, 4]``; the last axis is
+the RGBA texel.  Each *flavour* (a TVM memory scope) folds the four outer axes
+into an image array of ``layers x height x width`` texels in its own way.
+"""
+
+from __future__ import annotations
+
+import math
+
+BUFFER_SCOPE = "global"
+
+# Which outer axes of [d0, d1, d2, d3, 4] multiply into (layers, height, width),
+# matching TVM's texture flattening for each scope (s_tir/dlight/adreno/utils.py).
+FLAVOUR_AXES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {
+    "global.texture-weight": ((), (0,), (1, 2, 3)),
+    "global.texture-nhwc": ((0,), (1,), (2, 3)),
+    "global.texture": ((0, 1), (2,), (3,)),
+}
+TEXEL_LANES = 4
+
+
+def is_texture_scope(scope) -> bool:
+    """Whether a memory scope is a texture one (as TVM's IsTextureStorage decides)."""
+    return "texture" in str(scope)
+
+
+def is_packed_texel_shape(shape) -> bool:
+    """Whether a static shape can be a texture: 5-D with an inner axis of one texel."""
+    return len(shape) == 5 and shape[-1] == TEXEL_LANES
+
+
+def image_extent(shape, flavour: str) -> tuple[int, int, int]:
+    """``(layers, height, width)`` in texels of a packed ``shape`` held in ``flavour``.
+
+    Raises
+    ------
+    KeyError
+        ``flavour`` is not one of :data:`FLAVOUR_AXES`.
+    """
+    return tuple(math.prod(shape[axis] for axis in group) for group in FLAVOUR_AXES[flavour])
