@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import re
 
-import tvm_ffi
+try:
+    from tvm_ffi import register_error
+except ImportError:  # TVM-free tools (texscope.calibrate) run where TVM is not installed
+    def register_error(cls):
+        return cls
 
 _LOCATION = re.compile(r"^function '([^']*)'(?:, binding '([^']*)')?: ", re.S)
 
@@ -12,7 +16,7 @@ _LOCATION = re.compile(r"^function '([^']*)'(?:, binding '([^']*)')?: ", re.S)
 # Registered with tvm_ffi so that an error raised inside a pass keeps its type
 # when it crosses TVM's C++ pass infrastructure; only the message crosses, so
 # the location is parsed back from it.
-@tvm_ffi.register_error
+@register_error
 class TexscopeError(RuntimeError):
     """Bad input or an unsupported construct, located in the IR.
 
