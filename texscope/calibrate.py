@@ -215,8 +215,8 @@ class _Bench:
         return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=host)
 
     def image(self, width: int, height: int, layers: int, fill: bool = True):
-        image = self.cl.Image(self.context, self.cl.mem_flags.READ_WRITE, self.format,
-                              shape=(width, height, layers), is_array=True)
+        image = self.cl.create_image(self.context, self.cl.mem_flags.READ_WRITE, self.format,
+                                     shape=(width, height, layers), is_array=True)
         if fill:
             host = self.rng.standard_normal((layers, height, width, 4)).astype(np.float32)
             self.cl.enqueue_copy(self.queue, image, host, origin=(0, 0, 0),
