@@ -149,20 +149,22 @@ def cmd_run(args) -> int:
 
 
 def cmd_ops(_args) -> None:
-    rows = [("entry", "matches", "inputs", "outputs", "why")]
+    rows = [("entry", "matches", "inputs", "outputs", "priced as", "why")]
     for entry in registry.entries():
         key = entry.key.describe() if entry.key is not None else "(used directly)"
         rows.append((
             entry.name, key,
             ", ".join("/".join(sorted(s.value for s in r)) for r in entry.inputs) + " ...",
             ", ".join("/".join(sorted(s.value for s in r)) for r in entry.outputs),
+            entry.cost_class or "-",
             entry.note,
         ))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4])
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5])
     print("\n'...': the last input repeats for further operands. Tensors that cannot be "
-          "textures are read and written as buffers by every kernel.")
+          "textures are read and written as buffers by every kernel. 'priced as': the "
+          "kernel class whose prices the cost profile gives (docs/cost-profile.md).")
 
 
 def main(argv=None) -> int:
