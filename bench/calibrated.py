@@ -20,8 +20,9 @@ events, median of ``--runs``), images and copies, and whether every output
 matches the CPU.  Then how well each profile's plan cost predicts the
 measured times: for every network and build, the plan's cost in seconds
 (``texscope.plan_cost(..., profile=...).seconds``, relative to all buffers)
-against the measured time minus the all-buffer build's, Pearson's r over all
-of them, for the measured profile and for the default one.
+against the measured time minus the all-buffer build's, Pearson's r and
+Spearman's rho over all of them, for the measured profile and for the
+default one.
 
 On PoCL (a CPU OpenCL) images are emulated: the measured profile prices
 them as slow, which is the point of measuring.
@@ -96,6 +97,27 @@ def pearson(pairs) -> float:
     return float(np.corrcoef(xs, ys)[0, 1])
 
 
+def ranks(values) -> list[float]:
+    """Ranks from 0, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    result = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for i in order[start:end + 1]:
+            result[i] = (start + end) / 2
+        start = end + 1
+    return result
+
+
+def spearman(pairs) -> float:
+    """Pearson's r of the ranks: whether the plan cost orders builds as their
+    times do, whatever the scale (one slow network does not dominate)."""
+    return pearson(list(zip(ranks([p[0] for p in pairs]), ranks([p[1] for p in pairs]))))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("networks", nargs="*", help=f"of {', '.join(NETWORKS)} (default all)")
@@ -160,7 +182,8 @@ def main(argv=None) -> None:
     print("\nplan cost (relative to all buffers) against measured time minus the all-buffer "
           "build's, over every network and build:")
     for k, points in pairs.items():
-        print(f"  {k:<8} profile: Pearson r = {pearson(points):+.3f} over {len(points)} builds")
+        print(f"  {k:<8} profile: Pearson r = {pearson(points):+.3f}, Spearman rho = "
+              f"{spearman(points):+.3f} over {len(points)} builds")
 
 
 if __name__ == "__main__":
