@@ -42,8 +42,8 @@ def launch_bytes(graph) -> int:
 def write_gain(graph, tensor) -> float:
     """What writing ``tensor`` as a texture saves per byte: its producing
     kernel's price; 0 for parameters and constants (they arrive, nobody writes them)."""
-    if tensor.origin != "call":
-        return 0.0
+    if tensor.origin != "call" or tensor.fit.scope is None or tensor.index not in graph.producers:
+        return 0.0  # (never a texture, or a field of a nested tuple: written as it is)
     site, _ = graph.producer(tensor.index)
     return _profile(graph).write_gain(site.support)
 
