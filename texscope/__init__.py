@@ -8,6 +8,7 @@ imported where TVM is not installed.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 
@@ -38,14 +39,12 @@ _EXPORTS = {
     "TextureTarget": "targets",
     "texture_target": "targets",
 }
-_SUBMODULES = frozenset({
-    "build", "cleanup", "cli", "collect_consumer", "collect_producer", "convert_layout", "cost",
-    "define_vdevice", "errors", "examples", "exhaustive", "explain", "graph", "legalize",
-    "mincut", "opencl", "pad_channels", "pipeline", "rebuild", "registry", "report",
-    "schedule", "scopes", "specialize", "targets", "upstream", "verify", "zoo",
-})
 
 __all__ = ["TexscopeError", *_EXPORTS, "examples", "zoo", "verify", "opencl"]
+
+
+def _is_submodule(name: str) -> bool:
+    return not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None
 
 
 # Functions named as their module (texscope.build, texscope.collect_consumer...):
@@ -67,7 +66,7 @@ sys.modules[__name__].__class__ = _Package
 def __getattr__(name: str):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    elif name in _SUBMODULES:
+    elif _is_submodule(name):
         value = importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -76,4 +75,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})
+    return sorted({*globals(), *_EXPORTS})

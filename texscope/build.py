@@ -154,17 +154,18 @@ def _under(target: tvm.target.Target, passes: list, name: str) -> tvm.ir.transfo
     return run
 
 
-def get_default_pipeline(target) -> tvm.ir.transform.Pass:
+def get_default_pipeline(target, profile=None) -> tvm.ir.transform.Pass:
     """The whole Relax pipeline, for ``tvm.compile(mod, target, relax_pipeline=...)``.
 
-    Use it with ``tir_pipeline="texscope_adreno"``.
+    Use it with ``tir_pipeline="texscope_adreno"``.  ``profile`` is the cost
+    profile the planner weighs (the preset's defaults when None).
     """
     target = texture_target(target).target
     return _under(
         target,
         [
             tvm.tirx.transform.BindTarget(target),
-            texture_scope_pipeline(target),
+            texture_scope_pipeline(target, profile=profile),
             *optimize_passes(target),
             *lower_passes(target),
         ],
@@ -235,7 +236,7 @@ def _device_source(executable) -> str:
     return "\n".join(sources)
 
 
-def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
+def build(mod: tvm.IRModule, target, host=None, log=None, profile=None) -> BuildResult:
     """Build ``mod`` for a texture-capable GPU target.
 
     Parameters
@@ -249,15 +250,19 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
         library for a phone.
     log : callable, optional
         Called with (stage, seconds) as each stage finishes.
+    profile : CostProfile, str or Path, optional
+        The cost profile the planner weighs: one ``texscope calibrate``
+        measured on the device (or its file); the target preset's defaults
+        when None.
 
     Returns
     -------
     BuildResult
     """
-    texture = texture_target(target)
+    texture = texture_target(target, profile)
     device_target = tvm.target.Target(texture.target, host=host or "llvm")
     log = log or (lambda stage, seconds: None)
-    figures = {}
+    figures = {"cost_profile": texture.profile.origin}
 
     def timed(stage, fn, *args):
         start = time.perf_counter()
@@ -268,7 +273,8 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
 
     with device_target:
         packed = timed("convert_layout", ConvertToPackedLayout(device_target), mod)
-        annotated, plans = timed("annotate", annotate_module, packed, texture_target(device_target))
+        annotated, plans = timed("annotate", annotate_module, packed,
+                                     texture_target(device_target, texture.profile))
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)

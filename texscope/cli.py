@@ -10,11 +10,16 @@ from pathlib import Path
 
 import tvm
 
+from . import profile as cost_profile
 from . import registry, zoo
 from .build import build
 from .errors import TexscopeError
 
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target JSON"
+# Not --profile: that one times the build's stages.
+COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrate` wrote on the "
+                     "device); default: the target preset's built-in guesses. Named "
+                     "--cost-profile because --profile times the build")
 
 
 def load_model(path: str, module_name: str | None = None) -> tvm.IRModule:
@@ -67,14 +72,25 @@ def _print_summary(result, out_dir: Path) -> None:
     print(f"written to {out_dir}: {', '.join(sorted(p.name for p in out_dir.iterdir()))}")
 
 
-def _build(model: tvm.IRModule, target: str, out: str, host: str | None) -> None:
+def _build(model: tvm.IRModule, target: str, out: str, host: str | None,
+           profile: str | None = None) -> None:
     print(f"building for {target}")
-    result = build(model, target, host=host, log=_print_stage)
+    if profile is not None:
+        profile = cost_profile.load(profile)
+        print(f"cost profile {profile.describe()}")
+    result = build(model, target, host=host, log=_print_stage, profile=profile)
     _print_summary(result, result.export(out))
 
 
 def cmd_build(args) -> None:
-    _build(load_model(args.model, args.module), args.target, args.output, args.host)
+    _build(load_model(args.model, args.module), args.target, args.output, args.host,
+           args.cost_profile)
+
+
+def cmd_calibrate(args) -> int:
+    from . import calibrate
+
+    return calibrate.run_command(args)
 
 
 def cmd_demo(args) -> None:
@@ -95,7 +111,7 @@ def cmd_explain(args) -> None:
     from .targets import texture_target
     from .convert_layout import ConvertToPackedLayout
 
-    texture = texture_target(args.target)
+    texture = texture_target(args.target, args.cost_profile)
     packed = ConvertToPackedLayout(texture.target)(load_model(args.model, args.module))
     _, plans = annotate_module(packed, texture)
     report = Report.from_plans(args.target, plans)
@@ -113,7 +129,7 @@ def cmd_run(args) -> int:
     target = opencl.device_target(device, args.target)
     print(f"building for {args.target} (texture limits {target['texture_spatial_limit']} x "
           f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
-    result = build(model, target, log=_print_stage)
+    result = build(model, target, log=_print_stage, profile=args.cost_profile)
     inputs = verify.random_inputs(model, seed=args.seed)
     run = opencl.run(result, inputs, device)
     check = verify.compare(run.outputs, verify.reference_outputs(model, inputs),
@@ -133,20 +149,22 @@ def cmd_run(args) -> int:
 
 
 def cmd_ops(_args) -> None:
-    rows = [("entry", "matches", "inputs", "outputs", "why")]
+    rows = [("entry", "matches", "inputs", "outputs", "priced as", "why")]
     for entry in registry.entries():
         key = entry.key.describe() if entry.key is not None else "(used directly)"
         rows.append((
             entry.name, key,
             ", ".join("/".join(sorted(s.value for s in r)) for r in entry.inputs) + " ...",
             ", ".join("/".join(sorted(s.value for s in r)) for r in entry.outputs),
+            entry.cost_class or "-",
             entry.note,
         ))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4])
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5])
     print("\n'...': the last input repeats for further operands. Tensors that cannot be "
-          "textures are read and written as buffers by every kernel.")
+          "textures are read and written as buffers by every kernel. 'priced as': the "
+          "kernel class whose prices the cost profile gives (docs/cost-profile.md).")
 
 
 def main(argv=None) -> int:
@@ -158,6 +176,7 @@ def main(argv=None) -> int:
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--host", help="host target (default llvm); set TEXSCOPE_NDK_CC to cross-compile")
     p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory (default: a new temporary one)")
@@ -168,6 +187,7 @@ def main(argv=None) -> int:
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--tensor", help="only this tensor and its neighbours")
     p.add_argument("--svg", help="also draw the graph into this SVG file (needs Graphviz)")
+    p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.set_defaults(run=cmd_explain)
     p = commands.add_parser("run", help="build, run once on the default OpenCL device, "
                                         "compare with the CPU and time each kernel")
@@ -177,7 +197,15 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--tolerance", type=float, default=1e-3, help="rtol and atol of the comparison")
     p.add_argument("--top", type=int, default=15, help="how many of the slowest commands to print")
+    p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.set_defaults(run=cmd_run)
+    p = commands.add_parser("calibrate", help="measure what textures, buffers and copies cost "
+                                              "on an OpenCL device: a cost profile for build "
+                                              "--cost-profile")
+    from .calibrate import add_arguments  # pyopencl is imported only when it runs
+
+    add_arguments(p)
+    p.set_defaults(run=cmd_calibrate)
     p = commands.add_parser("ops", help="print the operator registry")
     p.set_defaults(run=cmd_ops)
     args = parser.parse_args(argv)

@@ -42,7 +42,7 @@ class Demand:
         Why, in words.
     gain : float
         What reading it as a texture saves, as a fraction of its bytes
-        (negative: what it costs).
+        (negative: what it costs), by the target's cost profile.
     """
 
     consumer: str
@@ -97,7 +97,7 @@ def consumer_demands(graph: FunctionGraph) -> ConsumerInfo:
             demands[tensor].append(
                 _demand(graph, tensor, site.name, site.index, operand,
                         site.support.input(operand), site.support.name, site.support.note,
-                        site.support.texture_gain)
+                        graph.texture.profile.read_gain(site.support))
             )
     for position, tensor in enumerate(graph.returned):
         demands[tensor].append(

@@ -12,8 +12,8 @@ Two policies:
     bytes copied, then texture over buffer.
 ``"optimal"`` (default)
     All tensors together, minimising the plan's cost (:mod:`texscope.cost`):
-    bytes copied plus a launch price per copy, minus what texture reads save,
-    subject to the registry's per-operand sets and sync rules.  Exact: the
+    bytes copied plus a launch price per copy, minus what texture reads and
+    writes save (the target's cost profile prices all three), subject to the registry's per-operand sets and sync rules.  Exact: the
     cost is a sum of unary and submodular pairwise terms over binary labels
     (texture or buffer) once each tensor also gets "a texture version exists"
     and "a buffer version exists" labels, so one minimum s-t cut minimises it
@@ -163,6 +163,7 @@ def _optimal(consumers: ConsumerInfo):
         if Storage.BUFFER not in allowed:
             energy.unary(s, INFINITE, 0)
         price = cost.units(tensor.nbytes + launch)
+        energy.unary(s, cost.units(cost.write_gain(graph, tensor) * tensor.nbytes), 0)
         energy.forbid(s, z, 1, 0)  # written as a texture: a texture version exists
         energy.forbid(s, w, 0, 1)  # written as a buffer: a buffer version exists
         energy.pairwise(s, z, 0, price, 0, 0)  # buffer written, texture needed: a copy

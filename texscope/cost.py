@@ -1,9 +1,12 @@
 """The cost model plans are judged by.
 
-A plan costs the bytes its copies move plus a launch price per copy (from the
-target's preset), minus what texture reads save (the registry's
-``texture_gain`` of the reading kernel times the tensor's bytes).  Costs are
-counted in units of 16 bytes, so that the planner's min-cut works on integers.
+A plan costs the bytes its copies move plus a launch price per copy, minus
+what texture reads and writes save (per byte accessed, by the reading or
+writing kernel's cost class).  Those prices come from the target's cost
+profile (:mod:`texscope.profile`): measured by ``texscope calibrate``, or the
+preset's defaults.  Costs are in bytes-copied equivalents, counted in units
+of 16 bytes so that the planner's min-cut works on integers; a profile's
+``copy_seconds_per_byte`` turns them into seconds.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from tvm import relax
 from . import registry
 from .graph import dps_inputs, relax_bindings
 from .registry import Storage
-from .targets import ADRENO, is_texture_scope, texture_target
+from .targets import is_texture_scope, texture_target
 
 UNIT_BYTES = 16
 
@@ -26,9 +29,23 @@ def units(nbytes: float) -> int:
     return math.ceil(nbytes / UNIT_BYTES)
 
 
+def _profile(graph):
+    texture = graph.texture if graph.texture is not None else texture_target("adreno-opencl")
+    return texture.profile
+
+
 def launch_bytes(graph) -> int:
-    preset = graph.texture.preset if graph.texture is not None else ADRENO
-    return preset.copy_launch_bytes
+    """A copy's launch price in bytes, from the graph's target's cost profile."""
+    return round(_profile(graph).copy_launch_bytes)
+
+
+def write_gain(graph, tensor) -> float:
+    """What writing ``tensor`` as a texture saves per byte: its producing
+    kernel's price; 0 for parameters and constants (they arrive, nobody writes them)."""
+    if tensor.origin != "call" or tensor.fit.scope is None or tensor.index not in graph.producers:
+        return 0.0  # (never a texture, or a field of a nested tuple: written as it is)
+    site, _ = graph.producer(tensor.index)
+    return _profile(graph).write_gain(site.support)
 
 
 def assignment_cost(consumers, storages, reads) -> int:
@@ -40,6 +57,8 @@ def assignment_cost(consumers, storages, reads) -> int:
     for tensor, storage, read in zip(graph.tensors, storages, reads):
         copies = {r for r in read if r is not storage}
         total += len(copies) * units(tensor.nbytes + launch)
+        if storage is not Storage.TEXTURE:
+            total += units(write_gain(graph, tensor) * tensor.nbytes)
         for demand, r in zip(consumers.demands[tensor.index], read):
             if r is not Storage.TEXTURE:
                 total += units(demand.gain * tensor.nbytes)
@@ -57,15 +76,20 @@ class PlanCost:
     copy_bytes : int
         Bytes they move.
     texture_saving : int
-        Bytes texture reads save, by the registry's gains.
+        Bytes-copied equivalents that texture reads and writes save, by the
+        cost profile (negative where textures cost).
     units : int
         The total in planner units: copies' bytes and launches, minus savings.
+    seconds : float
+        ``units`` in seconds by the profile's copy speed: the predicted run
+        time against the same module with every tensor in a buffer.
     """
 
     copies: int
     copy_bytes: int
     texture_saving: int
     units: int
+    seconds: float = 0.0
 
 
 def _nbytes(ty) -> int:
@@ -76,13 +100,22 @@ def _nbytes(ty) -> int:
     return math.prod(int(d) for d in ty.shape.values) * tvm.DataType(str(ty.dtype)).bits // 8
 
 
-def plan_cost(mod: tvm.IRModule, target=None) -> PlanCost:
+def _in_texture(ty) -> bool:
+    return isinstance(ty, relax.TensorType) and ty.vdevice is not None and \
+        is_texture_scope(ty.vdevice.memory_scope)
+
+
+def plan_cost(mod: tvm.IRModule, target=None, profile=None) -> PlanCost:
     """The cost of a finished (annotated) module under the same model.
 
     Comparable across planners: texscope's policies and upstream's pass.
+    ``profile`` prices it (a CostProfile or a profile file; by default the
+    target's preset's, Adreno's without a target).
     """
-    preset = texture_target(target).preset if target is not None else ADRENO
-    copies = copy_bytes = saving = 0
+    prices = texture_target(target if target is not None else "adreno-opencl", profile).profile
+    launch = round(prices.copy_launch_bytes)
+    copies = copy_bytes = 0
+    saving = 0.0
     total = 0
     for _, binding in relax_bindings(mod):
         call = binding.value
@@ -92,13 +125,17 @@ def plan_cost(mod: tvm.IRModule, target=None) -> PlanCost:
             nbytes = _nbytes(call.args[0].ty)
             copies += 1
             copy_bytes += nbytes
-            total += units(nbytes + preset.copy_launch_bytes)
+            total += units(nbytes + launch)
             continue
-        gain = registry.support_for(call, mod).texture_gain
+        support = registry.support_for(call, mod)
+        gain = prices.read_gain(support)
         for arg in dps_inputs(call):
-            ty = arg.ty
-            if isinstance(ty, relax.TensorType) and ty.vdevice is not None and \
-                    is_texture_scope(ty.vdevice.memory_scope):
-                saving += int(gain * _nbytes(ty))
-                total -= units(gain * _nbytes(ty))
-    return PlanCost(copies, copy_bytes, saving, total)
+            if _in_texture(arg.ty):
+                saving += gain * _nbytes(arg.ty)
+                total -= units(gain * _nbytes(arg.ty))
+        if _in_texture(binding.var.ty):
+            written = prices.write_gain(support) * _nbytes(binding.var.ty)
+            saving += written
+            total -= units(written)
+    return PlanCost(copies, copy_bytes, int(saving), total,
+                    prices.seconds(total * UNIT_BYTES))

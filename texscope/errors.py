@@ -6,7 +6,7 @@ import re
 
 try:
     from tvm_ffi import register_error
-except ImportError:  # the portable replay runs where TVM is not installed
+except ImportError:  # the TVM-free tools (replay, calibrate) run where TVM is not installed
     def register_error(cls):
         return cls
 

@@ -92,7 +92,8 @@ def _checked(mod: tvm.IRModule, stage: str, texture: TextureTarget, invariants: 
     return mod
 
 
-def AnnotateTextureScope(target, check: bool = False, policy: str = "optimal") -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+def AnnotateTextureScope(target, check: bool = False, policy: str = "optimal",  # pylint: disable=invalid-name
+                         profile=None) -> tvm.ir.transform.Pass:
     """Stages 2-5: choose and realize a memory scope for every tensor.
 
     A drop-in replacement for
@@ -110,12 +111,16 @@ def AnnotateTextureScope(target, check: bool = False, policy: str = "optimal") -
     policy : str
         How stage 3 decides: ``"optimal"`` (the whole graph, exactly, by
         min-cut) or ``"local"`` (each tensor alone).
+    profile : CostProfile, str or Path, optional
+        The prices the optimal policy weighs: a profile ``texscope calibrate``
+        measured on the device (or its file), else the target preset's
+        defaults (see :mod:`texscope.profile`).
 
     Returns
     -------
     tvm.ir.transform.Pass
     """
-    texture = texture_target(target)
+    texture = texture_target(target, profile)
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.AnnotateTextureScope")
     def annotate(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -161,13 +166,15 @@ def annotate_module(
     return mod, plans
 
 
-def texture_scope_pipeline(target, check: bool = False,
-                           policy: str = "optimal") -> tvm.transform.Sequential:
+def texture_scope_pipeline(target, check: bool = False, policy: str = "optimal",
+                           profile=None) -> tvm.transform.Sequential:
     """Stage 1 then stages 2-5, for a build script to splice in.
 
-    ``check`` and ``policy`` are passed to :func:`AnnotateTextureScope`.
+    ``check``, ``policy`` and ``profile`` (the cost profile) are passed to
+    :func:`AnnotateTextureScope`.
     """
     return tvm.transform.Sequential(
-        [ConvertToPackedLayout(target), AnnotateTextureScope(target, check=check, policy=policy)],
+        [ConvertToPackedLayout(target),
+         AnnotateTextureScope(target, check=check, policy=policy, profile=profile)],
         name="texscope.texture_scope_pipeline",
     )

@@ -73,20 +73,25 @@ class OpKey:
         The operator, e.g. ``"relax.nn.max_pool2d"``.
     where : mapping of str to str
         Attribute values the call must have, compared as strings.
+    unless : mapping of str to str
+        Attribute values the call must not have.
     """
 
     op: str
     where: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    unless: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
 
     def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
         op, values = recorded_op(call, mod)
         if op != self.op:
             return False
-        return all(str(_get(values, k)) == v for k, v in self.where.items())
+        return (all(str(_get(values, k)) == v for k, v in self.where.items())
+                and not any(str(_get(values, k)) == v for k, v in self.unless.items()))
 
     def describe(self) -> str:
-        cond = ", ".join(f"{k}={v}" for k, v in self.where.items())
-        return f"{self.op}({cond})" if cond else self.op
+        cond = [f"{k}={v}" for k, v in self.where.items()]
+        cond += [f"{k}!={v}" for k, v in self.unless.items()]
+        return f"{self.op}({', '.join(cond)})" if cond else self.op
 
 
 def _get(values, key: str):
@@ -218,11 +223,20 @@ class OpSupport:
         The call attributes holding its layouts, in ``desired_layouts``
         order: a call not packed keeps these explicitly (ConvertLayout would
         otherwise push its input's packed layout into it).
+    cost_class : str or None
+        The kernel class whose prices the cost profile gives (``packed_conv``,
+        ``depthwise_conv``, ``pool``, ``layer_norm``, ``elementwise``,
+        ``layout_transform``; see :mod:`texscope.profile`): what a texture
+        read and a texture write by this kernel save.  ``texscope calibrate``
+        measures each class on a device.
     texture_gain : float
-        What a texture read saves, as a fraction of the tensor's bytes (an
-        estimate: the planner weighs it against the bytes a copy moves).
+        What a texture read saves, as a fraction of the tensor's bytes, for
+        an entry whose cost class the profile does not price (a user's own
+        kernel, say): the planner weighs it against the bytes a copy moves.
         Negative where reading a texture costs more than reading a buffer:
         the planner then reads one only to save a copy.
+    texture_write_gain : float
+        Likewise for writing the output to a texture.
     sync : frozenset of str, optional
         Which of the kernel's tensors must share one storage: ``"inputs"``
         (all tensor inputs), ``"outputs"`` (all outputs), ``"primary"`` (the
@@ -252,7 +266,9 @@ class OpSupport:
     desired_layouts: tuple[str, ...] | None = None
     pack_when: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     layout_attrs: tuple[str, ...] = ()
+    cost_class: str | None = None
     texture_gain: float = 0.0
+    texture_write_gain: float = 0.0
     sync: frozenset | None = None
     keep_unlegalized: bool = False
     note: str = ""
@@ -294,29 +310,44 @@ OPAQUE = OpSupport(
 )
 
 # What a pool's kernel accepts, whether texscope or TVM legalized it.
-_POOL = dict(inputs=(ANY,), outputs=(ANY,), texture_gain=0.5, sync=NO_SYNC)
-# And a layout transform's.  A texture read saves an unpack nothing (its
-# schedule reads whole texels either way), so a slight cost keeps a tensor
-# that is only unpacked in a buffer, as the design's example has it, while an
-# unpack still reads a texture that exists anyway rather than a copy of it.
-_LAYOUT_TRANSFORM = dict(inputs=(ANY,), outputs=(ANY,), texture_gain=-0.125, sync=NO_SYNC)
+_POOL = dict(inputs=(ANY,), outputs=(ANY,), cost_class="pool", sync=NO_SYNC)
+# And a layout transform's.  (The default profiles price a texture read by an
+# unpack slightly negative: a tensor that is only unpacked stays a buffer, as
+# the design's example has it, while an unpack still reads a texture that
+# exists anyway rather than a copy of it.)
+_LAYOUT_TRANSFORM = dict(inputs=(ANY,), outputs=(ANY,), cost_class="layout_transform",
+                         sync=NO_SYNC)
+# A packed conv's: its data from a texture (as upstream; a tensor that
+# cannot be a texture is read as a buffer, so the kernel runs from buffers
+# too, but a plan that chose so would change upstream's plans), its weights
+# from either (the Adreno NCHW4c schedule reads them either way; from a
+# global.texture-weight image the numbers match the CPU on PoCL,
+# tests/test_opencl_run.py; upstream keeps them in buffers).
+_PACKED_CONV = dict(
+    inputs=(TEXTURE, ANY),
+    outputs=(ANY,),
+    desired_layouts=("NCHW4c", "OIHW4o", "NCHW4c"),
+    layout_attrs=("data_layout", "kernel_layout", "out_layout"),
+    sync=NO_SYNC,
+    keep_unlegalized=True,
+)
+_PACKED_LAYOUTS = {"data_layout": "NCHW4c", "kernel_layout": "OIHW4o"}
 
 BUILTIN: tuple[OpSupport, ...] = (
     OpSupport(
+        name="grouped_conv2d_nchw4c",
+        key=OpKey("relax.nn.conv2d", _PACKED_LAYOUTS, unless={"groups": "1"}),
+        cost_class="depthwise_conv",
+        note="a grouped (depthwise) packed conv: few reads per output, priced apart",
+        **_PACKED_CONV,
+    ),
+    OpSupport(
         name="conv2d_nchw4c",
-        key=OpKey("relax.nn.conv2d", {"data_layout": "NCHW4c", "kernel_layout": "OIHW4o"}),
-        # Weights: the Adreno NCHW4c schedule reads them either way; from a
-        # global.texture-weight image the numbers match the CPU on PoCL
-        # (tests/test_opencl_run.py).  Upstream keeps them in buffers.
-        inputs=(TEXTURE, ANY),
-        outputs=(ANY,),
-        desired_layouts=("NCHW4c", "OIHW4o", "NCHW4c"),
-        layout_attrs=("data_layout", "kernel_layout", "out_layout"),
-        texture_gain=1.0,
-        sync=NO_SYNC,
-        keep_unlegalized=True,
+        key=OpKey("relax.nn.conv2d", _PACKED_LAYOUTS),
+        cost_class="packed_conv",
         note="the Adreno NCHW4c kernel reads its data, and its weights where they "
-        "fit, through the texture cache",
+        "fit, through the texture cache where the profile says it pays",
+        **_PACKED_CONV,
     ),
     OpSupport(
         name="conv2d_transpose",
@@ -359,7 +390,7 @@ BUILTIN: tuple[OpSupport, ...] = (
         # declines to recompute them per texel, and TVM's Adreno fallback
         # leaves the kernel unbound to threads (found by the OpenCL fuzzer).
         outputs=(BUFFER,),
-        texture_gain=0.25,
+        cost_class="layer_norm",
         sync=NO_SYNC,
         note="reads the packed activation either way, writes a buffer; gamma and beta "
         "are 1-D buffers",
@@ -369,7 +400,7 @@ BUILTIN: tuple[OpSupport, ...] = (
         key=PatternKey(PATTERN_INJECTIVE),
         inputs=(ANY,),
         outputs=(ANY,),
-        texture_gain=0.125,
+        cost_class="elementwise",
         sync=NO_SYNC,
         note="element-wise, broadcast and injective kernels index each texel directly",
     ),

@@ -11,6 +11,7 @@ import attrs
 import tvm
 from tvm import relax
 
+from . import profile as cost_profile
 from .errors import TexscopeError
 from .scopes import (  # noqa: F401  (re-exported: targets is where GPUs are described)
     BUFFER_SCOPE, FLAVOUR_AXES, TEXEL_LANES, image_extent, is_packed_texel_shape, is_texture_scope,
@@ -33,9 +34,10 @@ class TexturePreset:
         Texture scopes the device's kernels support, most preferred first.
     texel_dtypes : frozenset of str
         Element types a texel may hold (RGBA float or half).
-    copy_launch_bytes : int
-        What launching one copy kernel costs, in bytes moved: the planner's
-        fixed price per copy on top of the bytes it moves.
+    default_profile : str
+        The cost profile the planner uses unless given one: a file in
+        ``texscope/profiles/`` whose every number says where it came from
+        (copy prices, what texture reads and writes save per kernel class).
     """
 
     name: str
@@ -43,13 +45,12 @@ class TexturePreset:
     depth_limit: int
     flavours: tuple[str, ...] = tuple(FLAVOUR_AXES)
     texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
-    # ~10 us of launch overhead at ~6 GB/s.
-    copy_launch_bytes: int = 65536
+    default_profile: str = "adreno"
 
 
 ADRENO = TexturePreset("adreno", spatial_limit=16384, depth_limit=2048)
 # Valhall-class Mali: 64K image sides, 2048 layers (CL_DEVICE_IMAGE2D_MAX_WIDTH et al.).
-MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048)
+MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_profile="mali")
 PRESETS = {p.name: p for p in (ADRENO, MALI)}
 
 TEXTURE_KINDS = ("opencl", "vulkan")
@@ -75,12 +76,14 @@ class TextureFit:
 class TextureTarget:
     """A texture-capable GPU target with its limits and VDevices.
 
-    Build one with :func:`texture_target`.
+    Build one with :func:`texture_target`.  ``profile`` holds the prices the
+    planner weighs (:class:`texscope.profile.CostProfile`).
     """
 
     target: tvm.target.Target = attrs.field(eq=False)
     kind: str
     preset: TexturePreset
+    profile: cost_profile.CostProfile = attrs.field(eq=False, default=None)
 
     @property
     def spatial_limit(self) -> int:
@@ -145,13 +148,15 @@ def make_target(spec: tvm.target.Target | str | dict) -> tvm.target.Target:
         raise TexscopeError(f"unknown target {spec!r}: {err}") from None
 
 
-def texture_target(target: tvm.target.Target | str | dict) -> TextureTarget:
+def texture_target(target: tvm.target.Target | str | dict, profile=None) -> TextureTarget:
     """Resolve a target (see :func:`make_target`) into a :class:`TextureTarget`.
 
     Limits come from the target's ``texture_spatial_limit`` and
     ``texture_depth_limit`` attributes where present, else from the preset of
     its ``device`` (Adreno when unknown); texel types and flavours from that
-    preset.
+    preset.  ``profile`` (a :class:`~texscope.profile.CostProfile`, a
+    profile file's path or its parsed JSON) prices the plan; by default the
+    preset's own profile.
 
     Raises
     ------
@@ -174,7 +179,8 @@ def texture_target(target: tvm.target.Target | str | dict) -> TextureTarget:
         spatial_limit=int(target_attrs.get("texture_spatial_limit", base.spatial_limit)),
         depth_limit=int(target_attrs.get("texture_depth_limit", base.depth_limit)),
     )
-    return TextureTarget(target=target, kind=kind, preset=preset)
+    return TextureTarget(target=target, kind=kind, preset=preset,
+                         profile=cost_profile.resolve(profile, preset.default_profile))
 
 
 class VDeviceTable:

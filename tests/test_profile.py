@@ -1,0 +1,196 @@
+"""Cost profiles: measured on PoCL by `texscope calibrate`, read by the planner."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tvm.script import ir as I, relax as R
+
+import texscope
+from conftest import ADRENO
+from modules import rules
+from texscope import calibrate, profile as cost_profile
+from texscope.cli import main
+from texscope.registry import Storage
+
+ROOT = Path(__file__).parent.parent
+RULES = str(Path(__file__).parent / "modules" / "rules.py")
+TINY = dict(shapes=((8, 8),), repeats=1, copy_sizes=(1, 256, 4096))
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """A profile measured on the default OpenCL device (PoCL here), tiny config."""
+    return calibrate.calibrate(0, **TINY, progress_stream=open("/dev/null", "w"))
+
+
+def priced(read: float, write: float, launch_s: float | None = None) -> cost_profile.CostProfile:
+    """The Adreno defaults with every kernel class priced ``read``/``write``."""
+    document = copy.deepcopy(dict(cost_profile.default("adreno").document))
+    for prices in document["kernels"].values():
+        prices["read_gain"] = {"value": read, "source": "test"}
+        prices["write_gain"] = {"value": write, "source": "test"}
+    if launch_s is not None:
+        document["copy"]["seconds_per_launch"] = {"value": launch_s, "source": "test"}
+    return cost_profile.from_document(document, "test")
+
+
+def plan(mod, profile=None):
+    texture = texscope.texture_target(ADRENO, profile)
+    packed = texscope.ConvertToPackedLayout(ADRENO)(mod)
+    return texscope.collect_producer(texscope.collect_consumer(packed, "main", texture))
+
+
+@I.ir_module
+class PoolAndMean:
+    """The conv output feeds a pool (either storage) and a mean (buffers only)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1))
+            p = R.nn.max_pool2d(c, pool_size=(2, 2), strides=(2, 2))
+            m = R.mean(c, axis=[2, 3])
+            gv = (p, m)
+            R.output(gv)
+        return gv
+
+
+def test_calibration_measures_every_kernel_class_with_a_source(measured):
+    profile = cost_profile.from_document(measured)
+    classes = {e.cost_class for e in texscope.registry.entries() if e.cost_class}
+    assert classes <= set(profile.kernels) == {b.cost_class for b in calibrate.BENCHMARKS}
+    assert profile.copy_seconds_per_byte.value > 0 and profile.copy_seconds_per_launch.value > 0
+    assert "measured by texscope calibrate" in profile.copy_seconds_per_byte.source
+    device = calibrate.devices()[0]
+    assert measured["device"]["name"] == device.name.strip()
+    assert measured["device"]["driver_version"] == device.driver_version.strip()
+    for name, prices in measured["kernels"].items():
+        assert "measured by texscope calibrate" in prices["read_gain"]["source"], name
+        (sample,) = prices["samples"]
+        assert sample["buffer_s"] > 0 and sample["image_in_s"] > 0
+        # The gain is what the two times say, in bytes a copy moves meanwhile.
+        expected = (sample["buffer_s"] - sample["image_in_s"]) / (
+            sample["bytes_read"] * profile.copy_seconds_per_byte.value)
+        assert prices["read_gain"]["value"] == pytest.approx(expected)
+
+
+def test_texscope_calibrate_writes_a_profile_the_build_reads(tmp_path):
+    out = tmp_path / "pocl.json"
+    done = subprocess.run(["texscope", "calibrate", "--shapes", "8x8", "--repeats", "1",
+                           "-o", str(out)], capture_output=True, text=True, check=True)
+    assert "written to" in done.stdout
+    assert "] 1/" in done.stderr and "copy buffer->image" in done.stderr  # the progress bar
+    profile = cost_profile.load(out)
+    assert profile.device["name"] == calibrate.devices()[0].name.strip()
+    # Running it again replaces its own file.
+    subprocess.run(["texscope", "calibrate", "--shapes", "8x8", "--repeats", "1", "-o", str(out)],
+                   capture_output=True, check=True)
+
+
+def test_calibration_runs_without_tvm(tmp_path):
+    """python -m texscope.calibrate's modules import no TVM (the package's
+    __init__ does, so the test loads the modules under a bare package)."""
+    script = f"""
+import sys, types
+sys.modules["tvm"] = None
+sys.modules["tvm_ffi"] = None
+package = types.ModuleType("texscope")
+package.__path__ = [{str(ROOT / "texscope")!r}]
+sys.modules["texscope"] = package
+from texscope import calibrate
+sys.exit(calibrate.main(["--shapes", "8x8", "--repeats", "1", "-o", {str(tmp_path / "p.json")!r}]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "p.json").read_text())["format"] == cost_profile.FORMAT
+
+
+def test_calibrate_refuses_to_overwrite_what_it_did_not_write(tmp_path, capsys):
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": 1}')
+    assert main(["calibrate", "--shapes", "8x8", "-o", str(other)]) == 2
+    assert "not a texscope cost profile" in capsys.readouterr().err
+    assert other.read_text() == '{"mine": 1}'
+    assert main(["calibrate", "--device", "99", "-o", str(tmp_path / "p.json")]) == 2
+    assert "no OpenCL device 99" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_default_profiles_give_every_number_a_source():
+    for name in ("adreno", "mali"):
+        document = json.loads((cost_profile.DEFAULTS_DIR / f"{name}.json").read_text())
+        profile = cost_profile.from_document(document)
+        assert profile.copy_launch_bytes == pytest.approx(65536)  # the price before profiles
+        assert "guess" in profile.copy_seconds_per_byte.source
+        assert {e.cost_class for e in texscope.registry.entries() if e.cost_class} <= set(profile.kernels)
+    assert texscope.texture_target("mali-opencl").profile.origin == "built-in mali"
+    assert texscope.texture_target(ADRENO).profile.origin == "built-in adreno"
+
+
+@pytest.mark.parametrize("field, value, message", [
+    (("copy", "seconds_per_byte"), {"value": 1e-10}, "needs a \"source\""),
+    (("copy", "seconds_per_byte"), {"value": -1.0, "source": "x"}, "must be positive"),
+    (("kernels", "pool", "read_gain"), {"value": "fast", "source": "x"}, "not a finite number"),
+    (("version",), 99, "profile version 99"),
+])
+def test_a_bad_profile_is_a_named_error(field, value, message):
+    document = copy.deepcopy(dict(cost_profile.default("adreno").document))
+    where = document
+    for key in field[:-1]:
+        where = where[key]
+    where[field[-1]] = value
+    with pytest.raises(texscope.TexscopeError, match=message):
+        cost_profile.from_document(document, "bad.json")
+
+
+def test_slow_textures_keep_tensors_in_buffers():
+    default = plan(rules.MaxPool)
+    assert default.of("c").storage is Storage.TEXTURE      # the pool reads a texture
+    assert default.of("lv1").storage is Storage.TEXTURE    # the packed weights too
+    slow = plan(rules.MaxPool, priced(read=-2.0, write=-2.0))
+    assert slow.of("c").storage is Storage.BUFFER
+    assert slow.of("lv1").storage is Storage.BUFFER
+    # The registry still has packed convs read their data from a texture.
+    assert slow.of("lv").storage is Storage.TEXTURE
+    assert slow.copies == 0
+
+
+def test_free_copies_let_the_planner_copy():
+    default = plan(PoolAndMean)
+    assert default.copies == 0 and default.of("c").storage is Storage.BUFFER
+    # Copies that cost nothing next to what textures save: the pool reads a
+    # texture of c and the mean a buffer of it, one copy between them.
+    cheap = plan(PoolAndMean, priced(read=1000.0, write=1000.0, launch_s=0.0))
+    c = cheap.of("c")
+    assert cheap.copies == 1 and c.storage is Storage.TEXTURE and c.copied_to == ("global",)
+
+
+def test_plan_cost_prices_with_the_profile_it_is_given():
+    mod = texscope.texture_scope_pipeline(ADRENO)(rules.MaxPool)
+    default = texscope.plan_cost(mod, ADRENO)
+    slow = texscope.plan_cost(mod, ADRENO, profile=priced(read=-2.0, write=-2.0))
+    assert default.texture_saving > 0 and default.seconds < 0
+    assert slow.texture_saving < 0 and slow.seconds > 0
+    assert slow.seconds == pytest.approx(slow.units * 16 / 6e9)
+
+
+def test_pipeline_and_explain_take_a_profile(tmp_path, capsys):
+    slow = priced(read=-2.0, write=-2.0)
+    annotated = texscope.texture_scope_pipeline(ADRENO, profile=slow)(rules.MaxPool)
+    assert texscope.plan_cost(annotated, ADRENO, profile=slow).texture_saving < 0
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(slow.document))
+    assert main(["explain", RULES, "--module", "MaxPool", "--tensor", "c"]) == 0
+    assert "c: texture" in capsys.readouterr().out
+    assert main(["explain", RULES, "--module", "MaxPool", "--tensor", "c",
+                 "--cost-profile", str(path)]) == 0
+    assert "c: buffer" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("{")
+    assert main(["build", RULES, "--module", "MaxPool", "--cost-profile",
+                 str(tmp_path / "bad.json"), "-o", str(tmp_path / "out")]) == 2
+    assert "bad.json, line 1: not JSON" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
