@@ -27,6 +27,12 @@ default one.
 On PoCL (a CPU OpenCL) images are emulated: the measured profile prices
 them as slow, which is the point of measuring.
 
+Where TVM is not installed (a GPU machine), build here with that device's
+profile and replay there; the replay needs numpy and pyopencl only:
+
+    python bench/calibrated.py --export DIR --profile gpu.json [network ...]  # here
+    python bench/calibrated.py --replay DIR [--device N]                      # there
+
 Run: ``python bench/calibrated.py [--device N] [--profile FILE] [--runs R]
 [--relaxed] [network ...]``
 """
@@ -34,26 +40,31 @@ Run: ``python bench/calibrated.py [--device N] [--profile FILE] [--runs R]
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-import texscope
-from texscope import calibrate, opencl, profile as cost_profile, registry, verify
-from texscope.convert_layout import ConvertToPackedLayout
-from texscope.pipeline import annotate_module
+from texscope import calibrate, profile as cost_profile
+from texscope.opencl import replay as rp
+from texscope.opencl.plan import read_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
-from opencl_run import NETWORKS, scaled_inputs  # noqa: E402  (a sibling script)
+from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402  (a sibling script)
 
 EVERYWHERE = 1000.0  # the gain that makes every eligible tensor a texture
+BUILDS = ("measured", "default", "all texture", "all buffer")
+TOLERANCE = 1e-3
 
 
 def relaxed_conv_entries():
     """Packed convs that read their data from either storage (user entries
     that shadow the built-in ones while registered)."""
+    from texscope import registry
+
     entries = []
     for builtin in registry.BUILTIN:
         if builtin.name in ("grouped_conv2d_nchw4c", "conv2d_nchw4c"):
@@ -71,23 +82,84 @@ class _Registered:
         self.entries = entries
 
     def __enter__(self):
+        from texscope import registry
+
         self.saved = list(registry._user_entries)  # pylint: disable=protected-access
         for entry in reversed(self.entries):
             registry.register_op(entry)
 
     def __exit__(self, *exc):
+        from texscope import registry
+
         registry._user_entries[:] = self.saved  # pylint: disable=protected-access
 
 
 def planned(mod, target, profile):
     """The annotated module (stages 1-5) that a build with ``profile`` runs."""
+    import texscope
+    from texscope.convert_layout import ConvertToPackedLayout
+    from texscope.pipeline import annotate_module
+
     texture = texscope.texture_target(target, profile)
     return annotate_module(ConvertToPackedLayout(texture.target)(mod), texture)[0]
 
 
-def timed(result, inputs, device, runs):
-    results = [opencl.run(result, inputs, device) for _ in range(runs)]
-    return results[0], statistics.median(sum(t.seconds for t in r.times) for r in results)
+def export(directory: Path, names, measured, relaxed: bool, device=None) -> None:
+    """Build every network with each profile (TVM needed); write the plans,
+    the inputs, the CPU outputs and each plan's predicted cost."""
+    import texscope
+    from texscope import opencl, verify
+    from texscope.targets import texture_target
+
+    base = (opencl.device_target(device) if device is not None
+            else json.loads(str(texture_target("adreno-opencl").target)))
+    default = texscope.texture_target(base).profile
+    everywhere = measured.with_gains(EVERYWHERE, EVERYWHERE, "every eligible tensor a texture")
+    no_textures = dict(base, texture_spatial_limit=1, texture_depth_limit=1)
+    builds = [("measured", base, measured, []), ("default", base, default, []),
+              ("all texture", base, everywhere, []), ("all buffer", no_textures, default, [])]
+    if relaxed:
+        builds.append(("relaxed", base, measured, relaxed_conv_entries()))
+    for name in names:
+        mod = network(name)
+        inputs = scaled_inputs(mod)
+        root = directory / name
+        predicted = {}
+        for label, target, prices, entries in builds:
+            out = root / label.replace(" ", "-")
+            out.mkdir(parents=True, exist_ok=True)
+            with _Registered(entries):
+                texscope.build(mod, target, profile=prices).export(out)
+                annotated = planned(mod, target, prices)
+            predicted[label] = {k: texscope.plan_cost(annotated, target, profile=p).seconds
+                                for k, p in (("measured", measured), ("default", default))}
+        np.savez(root / "inputs.npz", *inputs)
+        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        (root / "predicted.json").write_text(json.dumps({
+            "builds": [b[0] for b in builds], "predicted_s": predicted,
+            "measured_profile": measured.describe(), "default_profile": default.describe(),
+        }, indent=1))
+        print(f"  {name}: built", flush=True)
+
+
+def measure(directory: Path, names, device, runs: int) -> dict:
+    """Replay every exported build (no TVM): per network, per build, the run,
+    its median time, whether it matches the CPU, its predicted costs."""
+    found = {}
+    for name in names:
+        root = directory / name
+        meta = json.loads((root / "predicted.json").read_text())
+        found[name] = {}
+        for label in meta["builds"]:
+            plan = read_plan(root / label.replace(" ", "-"))
+            inputs = rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs")
+            expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
+            results = [rp.replay(plan, inputs, device) for _ in range(runs)]
+            seconds = statistics.median(sum(t.seconds for t in r.times) for r in results)
+            ok = rp.errors_against(results[0].outputs, expected, TOLERANCE, TOLERANCE)[2]
+            found[name][label] = (results[0], seconds, ok, meta["predicted_s"][label])
+        print(f"  {name}: ran", flush=True)
+    return found
 
 
 def pearson(pairs) -> float:
@@ -118,64 +190,19 @@ def spearman(pairs) -> float:
     return pearson(list(zip(ranks([p[0] for p in pairs]), ranks([p[1] for p in pairs]))))
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("networks", nargs="*", help=f"of {', '.join(NETWORKS)} (default all)")
-    parser.add_argument("--device", type=int, default=0, help="OpenCL device index")
-    parser.add_argument("--profile", help="the device's cost profile (default: calibrate now)")
-    parser.add_argument("--runs", type=int, default=5, help="runs per build (median kept)")
-    parser.add_argument("--relaxed", action="store_true",
-                        help="also plan with packed convs reading buffers too")
-    args = parser.parse_args(argv)
-    args.networks = args.networks or list(NETWORKS)
-    unknown = sorted(set(args.networks) - set(NETWORKS))
-    if unknown:
-        parser.error(f"unknown networks {unknown}; choose from {list(NETWORKS)}")
-    device = calibrate.pick_device(args.device)
-    if args.profile:
-        measured = cost_profile.load(args.profile)
-    else:
-        print("calibrating (texscope calibrate, default settings) ...", flush=True)
-        measured = cost_profile.from_document(calibrate.calibrate(args.device), "calibrated now")
-    base = opencl.device_target(device)
-    default = texscope.texture_target(base).profile
-    everywhere = measured.with_gains(EVERYWHERE, EVERYWHERE, "every eligible tensor a texture")
-    no_textures = dict(base, texture_spatial_limit=1, texture_depth_limit=1)
-    print(f"device {args.device}: {device.name.strip()} ({device.platform.name.strip()}, "
-          f"driver {device.driver_version.strip()})")
-    print(f"measured profile {measured.describe()}")
-    print(f"default profile  {default.describe()}")
-    builds = [("measured", base, measured, []), ("default", base, default, []),
-              ("all texture", base, everywhere, []), ("all buffer", no_textures, default, [])]
-    if args.relaxed:
-        builds.append(("relaxed", base, measured, relaxed_conv_entries()))
-
+def print_table(found: dict) -> None:
     header = ("network", "build", "images", "copies", "ms", "vs best of all-tex/all-buf",
               "predicted ms (measured)", "predicted ms (default)", "matches CPU")
     rows, pairs = [], {"measured": [], "default": []}
-    for name in args.networks:
-        mod = NETWORKS[name]()
-        inputs = scaled_inputs(mod)
-        expected = verify.reference_outputs(mod, inputs)
-        found = {}
-        for label, target, prices, entries in builds:
-            with _Registered(entries):
-                result = texscope.build(mod, target, profile=prices)
-                annotated = planned(mod, target, prices)
-            run, seconds = timed(result, inputs, device, args.runs)
-            ok = verify.compare(run.outputs, expected, 1e-3, 1e-3).ok
-            predicted = {k: texscope.plan_cost(annotated, target, profile=p).seconds
-                         for k, p in (("measured", measured), ("default", default))}
-            found[label] = (run, seconds, ok, predicted)
-        floor = min(found["all texture"][1], found["all buffer"][1])
-        for label, (run, seconds, ok, predicted) in found.items():
+    for name, builds in found.items():
+        floor = min(builds["all texture"][1], builds["all buffer"][1])
+        for label, (run, seconds, ok, predicted) in builds.items():
             if label != "all buffer":
                 for k in pairs:
-                    pairs[k].append((predicted[k], seconds - found["all buffer"][1]))
+                    pairs[k].append((predicted[k], seconds - builds["all buffer"][1]))
             rows.append((name, label, run.images, run.copies, f"{seconds * 1e3:.2f}",
                          f"{seconds / floor:.2f}", f"{predicted['measured'] * 1e3:+.2f}",
                          f"{predicted['default'] * 1e3:+.2f}", "yes" if ok else "NO"))
-        print(f"  {name}: done", flush=True)
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
@@ -184,6 +211,54 @@ def main(argv=None) -> None:
     for k, points in pairs.items():
         print(f"  {k:<8} profile: Pearson r = {pearson(points):+.3f}, Spearman rho = "
               f"{spearman(points):+.3f} over {len(points)} builds")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("networks", nargs="*", help=f"of {', '.join(NETWORKS)} (default all)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--export", metavar="DIR", help="build only (needs --profile)")
+    mode.add_argument("--replay", metavar="DIR", help="run what --export wrote (no TVM)")
+    parser.add_argument("--device", type=int, default=0, help="OpenCL device index")
+    parser.add_argument("--profile", help="the device's cost profile (default: calibrate now)")
+    parser.add_argument("--runs", type=int, default=5, help="runs per build (median kept)")
+    parser.add_argument("--relaxed", action="store_true",
+                        help="also plan with packed convs reading buffers too")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.networks) - set(NETWORKS))
+    if unknown:
+        parser.error(f"unknown networks {unknown}; choose from {list(NETWORKS)}")
+    if args.export and not args.profile:
+        parser.error("--export needs the target device's --profile")
+    if args.replay:
+        root = Path(args.replay)
+        names = args.networks or sorted(p.name for p in root.iterdir() if p.is_dir())
+    else:
+        names = args.networks or list(NETWORKS)
+    device = None if args.export else calibrate.pick_device(args.device)
+    if device is not None:
+        print(f"device {args.device}: {device.name.strip()} ({device.platform.name.strip()}, "
+              f"driver {device.driver_version.strip()})")
+    if args.replay:
+        meta = json.loads((root / names[0] / "predicted.json").read_text())
+        print(f"measured profile {meta['measured_profile']}")
+        print(f"default profile  {meta['default_profile']}")
+        print_table(measure(root, names, device, args.runs))
+        return
+    if args.profile:
+        measured = cost_profile.load(args.profile)
+    else:
+        print("calibrating (texscope calibrate, default settings) ...", flush=True)
+        measured = cost_profile.from_document(calibrate.calibrate(args.device), "calibrated now")
+    if args.export:
+        export(Path(args.export), names, measured, args.relaxed)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        export(Path(tmp), names, measured, args.relaxed, device)
+        meta = json.loads((Path(tmp) / names[0] / "predicted.json").read_text())
+        print(f"measured profile {meta['measured_profile']}")
+        print(f"default profile  {meta['default_profile']}")
+        print_table(measure(Path(tmp), names, device, args.runs))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import numpy as np
 from texscope.errors import TexscopeError
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
+from texscope.opencl.source import pick_device
 
 NETWORKS = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 BUILDS = ("textures", "buffers")
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
     if args.export:
         export(Path(args.export), args.networks or NETWORKS, args.target)
         return 0
-    device = rp.pick_device(args.device)
+    device = pick_device(args.device)
     print(f"device: {device.name.strip()} ({device.platform.name.strip()}, "
           f"driver {device.driver_version.strip()})")
     if "Portable Computing Language" in device.platform.name:

@@ -36,6 +36,7 @@ import numpy as np
 
 from . import profile as cost_profile
 from .errors import TexscopeError
+from .opencl import source
 
 KERNEL_SOURCE = Path(__file__).with_name("calibrate_kernels.cl")
 # (channels, height = width) of the packed tensors each kernel class is timed on.
@@ -101,33 +102,9 @@ OPERANDS = {
 }
 
 
-def _pyopencl():
-    try:
-        import pyopencl as cl  # pylint: disable=import-outside-toplevel
-    except ImportError as err:
-        raise TexscopeError("texscope calibrate needs pyopencl: pip install pyopencl") from err
-    return cl
-
-
-def devices() -> list:
-    """Every OpenCL device, platform by platform: what ``--device N`` indexes."""
-    cl = _pyopencl()
-    try:
-        platforms = cl.get_platforms()
-    except cl.Error as err:
-        raise TexscopeError(f"no OpenCL platform found ({err}); apt-get install "
-                            "pocl-opencl-icd for a CPU one") from None
-    return [device for platform in platforms for device in platform.get_devices()]
-
-
 def pick_device(index: int):
-    found = devices()
-    if not found:
-        raise TexscopeError("no OpenCL device found (apt-get install pocl-opencl-icd for a CPU one)")
-    if not 0 <= index < len(found):
-        listed = "; ".join(f"{i}: {d.name.strip()}" for i, d in enumerate(found))
-        raise TexscopeError(f"no OpenCL device {index}; there are {listed}")
-    device = found[index]
+    """Device ``index`` (``source.devices`` order), which must have images."""
+    device = source.pick_device(index)
     if not device.image_support:
         raise TexscopeError(f"{device.name.strip()} has no image support: nothing to calibrate")
     return device
@@ -369,7 +346,7 @@ def calibrate(device_index: int = 0, shapes=DEFAULT_SHAPES, repeats: int = DEFAU
     profile document (validated; :func:`texscope.profile.from_document` reads it)."""
     if repeats < 1:
         raise TexscopeError(f"repeats must be at least 1, not {repeats}")
-    cl = _pyopencl()
+    cl = source.pyopencl()
     device = pick_device(device_index)
     progress = Progress(steps(shapes, copy_sizes), progress_stream)
     bench = _Bench(cl, device, repeats)
@@ -435,7 +412,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args) -> int:
     if args.list_devices:
-        for index, device in enumerate(devices()):
+        for index, device in enumerate(source.devices()):
             print(f"{index}: {device.name.strip()} ({device.platform.name.strip()}, "
                   f"driver {device.driver_version.strip()}, images "
                   f"{'yes' if device.image_support else 'no'})")

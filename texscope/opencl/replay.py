@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import TexscopeError
 from .memory import DeviceMemory
 from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, WorkspaceArg, read_plan
-from .source import compiled, default_device, kernel_signatures, pyopencl
+from .source import compiled, default_device, devices, kernel_signatures, pick_device, pyopencl
 
 
 @attrs.frozen
@@ -193,25 +193,6 @@ def errors_against(actual, expected, rtol: float, atol: float) -> tuple[float, f
     return abs_err, rel_err, ok
 
 
-def pick_device(index: int | None):
-    """OpenCL device ``index`` in the order ``--list-devices`` prints, or the first."""
-    if index is None:
-        return default_device()
-    devices = all_devices()
-    if not 0 <= index < len(devices):
-        raise TexscopeError(f"no OpenCL device {index}: {len(devices)} found "
-                            "(python -m texscope.opencl.replay --list-devices)")
-    return devices[index]
-
-
-def all_devices() -> list:
-    cl = pyopencl()
-    try:
-        return [d for platform in cl.get_platforms() for d in platform.get_devices()]
-    except cl.Error as err:
-        raise TexscopeError(f"no OpenCL platform found ({err})") from None
-
-
 def _describe(device) -> str:
     return (f"{device.name.strip()} ({device.platform.name.strip()}, "
             f"driver {device.driver_version.strip()})")
@@ -250,7 +231,7 @@ def _exclusive(path: str | None) -> Path | None:
 
 def _main(args) -> int:
     if args.list_devices:
-        for index, device in enumerate(all_devices()):
+        for index, device in enumerate(devices()):
             print(f"{index}: {_describe(device)}")
         return 0
     if args.directory is None:

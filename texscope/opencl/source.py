@@ -39,19 +39,32 @@ def kernel_bodies(source: str) -> dict[str, str]:
     return {m.group(1): _body(source, m.end() - 1) for m in KERNEL.finditer(source)}
 
 
-def default_device():
-    """The first OpenCL device found."""
+def devices() -> list:
+    """Every OpenCL device, platform by platform: what ``--device N`` indexes."""
     cl = pyopencl()
     try:
         platforms = cl.get_platforms()
     except cl.Error as err:  # no ICD installed at all
         raise TexscopeError(f"no OpenCL platform found ({err}); apt-get install "
-                            "pocl-opencl-icd for a CPU one") from err
-    for platform in platforms:
-        devices = platform.get_devices()
-        if devices:
-            return devices[0]
-    raise TexscopeError("no OpenCL device found (apt-get install pocl-opencl-icd for a CPU one)")
+                            "pocl-opencl-icd for a CPU one") from None
+    return [device for platform in platforms for device in platform.get_devices()]
+
+
+def pick_device(index: int | None = None):
+    """OpenCL device ``index`` of :func:`devices`, the first by default."""
+    found = devices()
+    if not found:
+        raise TexscopeError("no OpenCL device found (apt-get install pocl-opencl-icd for a CPU one)")
+    index = index or 0
+    if not 0 <= index < len(found):
+        listed = "; ".join(f"{i}: {d.name.strip()}" for i, d in enumerate(found))
+        raise TexscopeError(f"no OpenCL device {index}; there are {listed}")
+    return found[index]
+
+
+def default_device():
+    """The first OpenCL device found."""
+    return pick_device(0)
 
 
 def device_target(device=None, base="qcom/adreno-opencl-texture") -> dict:
