@@ -36,11 +36,12 @@ from tvm.s_tir.backend.adreno import pipeline as adreno_tir
 from tvm.tirx import compilation_pipeline
 
 from .cleanup import FoldTextureCopies
-from .convert_layout import ConvertToPackedLayout
 from .cost import plan_cost
 from .explain import report_html
 from .legalize import PACKED_CONV, LegalizeOnce
+from .naming import ConvertKeepingNames
 from .opencl.source import kernel_signatures
+from .outdir import record_written, start_export
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
 from .schedule import schedule_passes
@@ -198,10 +199,12 @@ class BuildResult:
     kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
 
     def export(self, directory) -> Path:
-        """Write model.so, kernels.cl, report.json, report.md and report.html
-        (with graph.svg when Graphviz is installed) into ``directory``."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        """Write model.so (where compiled), kernels.cl (OpenCL only),
+        report.json, report.md and report.html (with report.svg when Graphviz
+        is installed) into ``directory``, and a manifest listing them
+        (:mod:`texscope.outdir`)."""
+        out = start_export(directory)
+        written = []
         if self.executable is not None:
             compiler = os.environ.get(NDK_CC_ENV)
             if compiler:
@@ -211,10 +214,15 @@ class BuildResult:
                                                options=["-shared"], cc=compiler)
             else:
                 self.executable.export_library(str(out / "model.so"))
-        (out / "kernels.cl").write_text(self.opencl_source)
+            written.append("model.so")
+        if self.opencl_source:
+            (out / "kernels.cl").write_text(self.opencl_source)
+            written.append("kernels.cl")
         (out / "report.json").write_text(self.report.to_json())
         (out / "report.md").write_text(self.report.to_markdown())
-        report_html(self.report, out / "report.html")
+        written += ["report.json", "report.md"]
+        written += [p.name for p in report_html(self.report, out / "report.html")]
+        record_written(out, written)
         return out
 
 
@@ -263,7 +271,7 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
         return result
 
     with device_target:
-        packed = timed("convert_layout", ConvertToPackedLayout(device_target), mod)
+        packed = timed("convert_layout", ConvertKeepingNames(device_target), mod)
         annotated, plans = timed("annotate", annotate_module, packed, texture_target(device_target))
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)

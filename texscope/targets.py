@@ -29,6 +29,16 @@ FLAVOUR_AXES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 TEXEL_LANES = 4
 
 
+def describe_flavour(scope: str) -> str:
+    """How a flavour folds ``[d0, d1, d2, d3, 4]`` into an image array, in words."""
+    if scope not in FLAVOUR_AXES:
+        return f"{scope}: a plain buffer (linear memory)" if not is_texture_scope(scope) else scope
+    layers, height, width = ("·".join(f"d{a}" for a in axes) or "1" for axes in FLAVOUR_AXES[scope])
+    return (f"{scope}: the 5-D tensor [d0, d1, d2, d3, 4] is an image array of {layers} "
+            f"layer(s) of {height} rows x {width} texels, each texel the 4 values of the "
+            "last axis (RGBA); the name is TVM's, any tensor that fits may use it")
+
+
 def is_texture_scope(scope) -> bool:
     """Whether a memory scope is a texture one (as TVM's IsTextureStorage decides)."""
     return "texture" in str(scope)
@@ -161,7 +171,10 @@ def make_target(spec: tvm.target.Target | str | dict) -> tvm.target.Target:
     try:
         return tvm.target.Target(spec)
     except Exception as err:  # TVM raises several error types for bad specs
-        raise TexscopeError(f"unknown target {spec!r}: {err}") from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TexscopeError(
+            f"unknown target {spec!r} ({first}); use a preset ({', '.join(TARGET_PRESETS)}), "
+            "a TVM tag such as 'qcom/adreno-opencl-texture', or target JSON") from None
 
 
 def texture_target(target: tvm.target.Target | str | dict) -> TextureTarget:
