@@ -39,3 +39,15 @@ __all__ = [
     "texture_scope_pipeline",
     "texture_target",
 ]
+
+# Submodules the README calls through the package (``texscope.verify...``),
+# imported on first use (PEP 562): they pull in more of TVM, or pyopencl.
+_LAZY_SUBMODULES = frozenset({"explain", "opencl", "report", "verify"})
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        import importlib  # pylint: disable=import-outside-toplevel
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

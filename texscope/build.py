@@ -42,6 +42,7 @@ from .legalize import PACKED_CONV, LegalizeOnce
 from .naming import ConvertKeepingNames
 from .opencl.source import kernel_signatures
 from .outdir import record_written, start_export
+from .quiet import quiet_native_stderr
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
 from .schedule import schedule_passes
@@ -207,13 +208,14 @@ class BuildResult:
         written = []
         if self.executable is not None:
             compiler = os.environ.get(NDK_CC_ENV)
-            if compiler:
-                from tvm.contrib import ndk  # imported only when cross-compiling
+            with quiet_native_stderr():
+                if compiler:
+                    from tvm.contrib import ndk  # imported only when cross-compiling
 
-                self.executable.export_library(str(out / "model.so"), fcompile=ndk.create_shared,
-                                               options=["-shared"], cc=compiler)
-            else:
-                self.executable.export_library(str(out / "model.so"))
+                    self.executable.export_library(str(out / "model.so"), fcompile=ndk.create_shared,
+                                                   options=["-shared"], cc=compiler)
+                else:
+                    self.executable.export_library(str(out / "model.so"))
             written.append("model.so")
         if self.opencl_source:
             (out / "kernels.cl").write_text(self.opencl_source)

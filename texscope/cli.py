@@ -14,6 +14,7 @@ from .build import build
 from .errors import TexscopeError
 from .model_file import PRINTED_HEADER, load_model
 from .outdir import check_output_dir, record_written, written_before
+from .targets import texture_target
 
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target JSON"
 
@@ -48,6 +49,7 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None) -> Pat
 
 
 def cmd_build(args) -> None:
+    texture_target(args.target)  # a bad target is no fault of the model
     out = check_output_dir(args.output, args.force)
     model = load_model(args.model, args.module)
     try:
@@ -75,7 +77,6 @@ def cmd_explain(args) -> None:
     from .naming import ConvertKeepingNames
     from .pipeline import annotate_module
     from .report import Report
-    from .targets import texture_target
 
     if args.svg:
         require_graphviz()
@@ -94,8 +95,6 @@ def cmd_explain(args) -> None:
 
 def cmd_run(args) -> int:
     from . import opencl, verify
-    from .targets import texture_target
-
     kind = texture_target(args.target).kind
     if kind != "opencl":
         raise TexscopeError(

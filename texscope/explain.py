@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -90,7 +89,9 @@ def graphviz_missing() -> str | None:
     """What is missing to draw graphs (Graphviz's dot, the graphviz package), or None."""
     if shutil.which("dot") is None:
         return "Graphviz's dot program (apt-get install graphviz)"
-    if importlib.util.find_spec("graphviz") is None:
+    try:
+        import graphviz  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
         return "the graphviz Python package (pip install 'texscope[explain]')"
     return None
 
@@ -265,7 +266,7 @@ def report_html(report: Report, path) -> list[Path]:
     written = [out]
     missing = graphviz_missing()
     if missing:
-        picture = f"<p>(the graph needs {html.escape(missing)})</p>"
+        picture = f"<p>(the graph needs {html.escape(missing, quote=False)})</p>"
     else:
         svg = graph_svg(report, out.with_suffix(".svg"))
         written.append(svg)

@@ -1,56 +1,26 @@
 """Reading a model file the user names: TVMScript in Python, or ONNX.
 
 Whatever is wrong with the file becomes one :class:`TexscopeError` naming the
-file and, where Python or TVM says it, the line.  TVM's C++ side writes to the
-process's stderr while a failed parse is torn down ("BlockBuilder destroyed
-with remaining blocks!"), which means nothing to the user once the error is
-named; those lines are dropped and everything else written there is kept.
+file and, where Python or TVM says it, the line; TVM's C++ warnings about the
+half-built module a failed parse leaves are dropped (:mod:`texscope.quiet`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import importlib.util
-import os
 import re
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
 import tvm
 
 from .errors import TexscopeError
+from .quiet import quiet_native_stderr
 
 # TVM's diagnostics end with " --> file:line:col" under the message.
 _DIAGNOSTIC_AT = re.compile(r"^\s*--> (.*):(\d+):(\d+)\s*$", re.M)
-# C++ log lines that only say an error unwound a half-built module.
-_TEARDOWN_NOISE = ("BlockBuilder destroyed with remaining blocks", "Scope Saving")
 PRINTED_HEADER = "from tvm.script import ir as I, relax as R, tirx as T\n"
-
-
-@contextlib.contextmanager
-def quiet_native_stderr(noise=_TEARDOWN_NOISE):
-    """Capture what native code writes to file descriptor 2 and pass on
-    every line but those containing one of ``noise``."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        finally:
-            gc.collect()  # free half-built TVM objects while stderr is captured
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            kept = [line for line in captured.read().decode(errors="replace").splitlines(True)
-                    if not any(n in line for n in noise)]
-            if kept:
-                sys.stderr.write("".join(kept))
-                sys.stderr.flush()
 
 
 def _line_in(file: Path, err: BaseException) -> int | None:
@@ -87,17 +57,19 @@ def _run_python(file: Path) -> dict:
     # TVMScript finds a module's source through sys.modules.
     sys.modules[name] = namespace
     sys.path.insert(0, str(file.parent))
+    error = None
     try:
         with quiet_native_stderr():
             try:
                 spec.loader.exec_module(namespace)
             except Exception as err:  # the user's file may raise anything
                 error = _described(file, err)
-                del err
-                raise error from None
+            # Leaving the handler freed the traceback's frames, and with them
+            # the parser's half-built module, while stderr is still filtered.
     finally:
         sys.path.remove(str(file.parent))
-        sys.modules.pop(name, None)
+    if error is not None:
+        raise error
     return vars(namespace)
 
 
