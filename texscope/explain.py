@@ -169,9 +169,10 @@ def graph_svg(report: Report, path, max_nodes: int = 150, focus: str | None = No
     members: dict = {}
     for node, first in sorted(head.items()):
         members.setdefault(first, []).append(node)
-    dot = graphviz.Digraph(graph_attr={"rankdir": "TB", "label": LEGEND, "fontsize": "10"},
-                           node_attr={"style": "filled", "fontname": "sans-serif",
-                                      "fontsize": "11", "margin": "0.05"})
+    font = {"fontname": "sans-serif", "fontsize": "10"}
+    dot = graphviz.Digraph(graph_attr={"rankdir": "TB", "label": LEGEND, **font},
+                           node_attr={"style": "filled", **font, "fontsize": "11", "margin": "0.05"},
+                           edge_attr=font)
     for function in sorted({r.function for r in report.tensors}):
         with dot.subgraph(name=f"cluster_{function}") as cluster:
             cluster.attr(label=function)
@@ -275,7 +276,7 @@ def report_html(report: Report, path) -> list[Path]:
         picture = re.sub(r'<svg width="[^"]*" height="[^"]*"', '<svg', picture, count=1)
     summary = report.summary()
     figures = (f"{summary['tensors']} tensors: {summary['in_texture']} in texture, "
-               f"{summary['in_buffer']} in buffers; {summary['planned_copies']} copies planned")
+               f"{summary['in_buffer']} in buffers; copies planned: {summary['planned_copies']}")
     table = "".join(f"<tr><th>{k.replace('_', ' ')}</th><td>{v}</td></tr>" for k, v in summary.items())
     rows = "".join(
         f"<tr><td>{r.function}</td><td>{html.escape(r.name)}</td><td>{'x'.join(map(str, r.shape or ()))}</td>"
