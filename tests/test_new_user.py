@@ -125,6 +125,9 @@ def test_output_directories_of_the_user_are_refused_unless_forced(tmp_path):
     _one_error_line(texscope("build", model, "-o", out),
                     f"output directory {out} is not empty and texscope did not write it; name a "
                     "new or empty directory, or pass --force to write into it anyway")
+    _one_error_line(texscope("demo", "-o", out),
+                    f"output directory {out} is not empty and texscope did not write it; name a "
+                    "new or empty directory, or pass --force to write into it anyway")
     assert (out / "report.md").read_text() == "my notes\n"
     done = texscope("build", model, "-o", out, "--force")
     assert done.returncode == 0, done.stderr
