@@ -144,7 +144,8 @@ def test_the_first_screen_of_the_report_shows_the_whole_graph(tmp_path):
 
     from playwright.sync_api import sync_playwright
 
-    from texscope.explain import COLOURS, report_html
+    from texscope.explain import COLOURS
+    from texscope.report_page import report_html
 
     packed = ConvertKeepingNames(ADRENO)(texscope.zoo.resnet_style(blocks=2))
     _, plans = annotate_module(packed, texscope.texture_target(ADRENO))

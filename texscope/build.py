@@ -37,7 +37,6 @@ from tvm.tirx import compilation_pipeline
 
 from .cleanup import FoldTextureCopies
 from .cost import plan_cost
-from .explain import report_html
 from .legalize import PACKED_CONV, LegalizeOnce
 from .naming import ConvertKeepingNames
 from .opencl.source import kernel_signatures
@@ -45,6 +44,7 @@ from .outdir import record_written, start_export
 from .quiet import quiet_native_stderr
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
+from .report_page import report_html
 from .schedule import schedule_passes
 from .specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 from .targets import texture_target
