@@ -112,7 +112,10 @@ def test_other_user_mistakes_are_one_line(tmp_path):
     _one_error_line(texscope("build", tmp_path, "-o", tmp_path / "o"),
                     f"{tmp_path} is not a file; give a .py file defining a TVMScript IRModule, "
                     "or an .onnx file")
-    assert not (tmp_path / "o").exists()
+    _one_error_line(texscope("explain", model, "--svg", tmp_path / "nowhere" / "g.svg"),
+                    f"cannot write the graph to {tmp_path / 'nowhere' / 'g.svg'}: name a file in "
+                    "an existing directory")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "nowhere").exists()
 
 
 def test_output_directories_of_the_user_are_refused_unless_forced(tmp_path):

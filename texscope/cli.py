@@ -80,6 +80,9 @@ def cmd_explain(args) -> None:
 
     if args.svg:
         require_graphviz()
+        if not Path(args.svg).parent.is_dir() or Path(args.svg).is_dir():
+            raise TexscopeError(f"cannot write the graph to {args.svg}: name a file in an "
+                                "existing directory")
     texture = texture_target(args.target)
     model = load_model(args.model, args.module)
     try:
