@@ -86,6 +86,18 @@ def measure(annotate, stage1):
             "conv_tex": conv_tex, "broken": broken, "seconds": statistics.median(times)}
 
 
+COLUMNS = """\
+copies, KiB: copies (to_vdevice) left in main after legalize, fuse and fold, and the bytes they move
+cost: texscope.plan_cost of the annotated module, in 16-byte units: bytes copied, plus a launch
+      price per copy, minus what texture reads save (lower is better; it can be negative)
+conv tex: conv2d data inputs read from a texture
+broken: texscope.verify.check_invariants violations of the annotated module (say, a 1-D
+        "texture", or a kernel writing a texture its schedule cannot write); anything but 0
+        means the plan is cheap on paper only and would not build or run right
+ms, ratio: annotation time (median of 7) and its ratio to upstream's
+"""
+
+
 def run(names):
     tools = {
         "upstream": upstream.annotate(TARGET),
@@ -94,6 +106,7 @@ def run(names):
     }
     header = (f"{'network':<12} {'calls':>6} {'tool':<9} {'copies':>6} {'KiB':>8} {'cost':>9} "
               f"{'conv tex':>8} {'broken':>6} {'ms':>8} {'ratio':>6}")
+    print(COLUMNS)
     print(header)
     print("-" * len(header))
     sizes, times, names_used, problems = [], {tool: [] for tool in tools}, [], []

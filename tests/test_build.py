@@ -75,11 +75,11 @@ def test_depthwise_networks_build(builds):
 def test_export_writes_the_artifacts(builds, tmp_path):
     out = builds["seed"].export(tmp_path)
     assert sorted(p.name for p in out.iterdir()) == [
-        "kernels.cl", "model.so", "plan.json", "report.html", "report.json", "report.md",
-        "report.svg"]
+        ".texscope-manifest.json", "kernels.cl", "model.so", "plan.json", "report.html",
+        "report.json", "report.md", "report.svg"]
     report = json.loads((out / "report.json").read_text())
     assert report["summary"]["kernels"] == 4
-    assert {t["name"]: t["scope"] for t in report["tensors"]}["lv"] == "global.texture-nhwc"
+    assert {t["name"]: t["scope"] for t in report["tensors"]}["x_layout_transform"] == "global.texture-nhwc"
     # Loading it needs TVM's OpenCL runtime, which this wheel leaves out.
     assert (out / "model.so").read_bytes()[:4] == b"\x7fELF"
 

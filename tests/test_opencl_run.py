@@ -146,7 +146,7 @@ def test_a_wrongly_packed_image_is_caught(monkeypatch):
 def test_a_kernel_reading_an_image_the_program_holds_in_a_buffer_is_an_error():
     result = texscope.build(rules.Seed, "adreno-opencl")
     stripped = attrs.evolve(result, module=verify.strip_scopes(result.module))
-    with pytest.raises(texscope.TexscopeError, match=r"binding 'lv'.*texture-nhwc"):
+    with pytest.raises(texscope.TexscopeError, match=r"binding 'x_layout_transform'.*texture-nhwc"):
         opencl.run(stripped, verify.random_inputs(rules.Seed))
 
 

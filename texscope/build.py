@@ -36,14 +36,16 @@ from tvm.s_tir.backend.adreno import pipeline as adreno_tir
 from tvm.tirx import compilation_pipeline
 
 from .cleanup import FoldTextureCopies
-from .convert_layout import ConvertToPackedLayout
 from .cost import plan_cost
-from .explain import report_html
 from .legalize import PACKED_CONV, LegalizeOnce
+from .naming import ConvertKeepingNames
 from .opencl.executor import plan_of
 from .opencl.source import kernel_signatures
+from .outdir import record_written, start_export
+from .quiet import quiet_native_stderr
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
+from .report_page import report_html
 from .schedule import schedule_passes
 from .specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 from .targets import texture_target
@@ -200,26 +202,32 @@ class BuildResult:
     kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
 
     def export(self, directory) -> Path:
-        """Write model.so, report.json, report.md and report.html (with
-        graph.svg when Graphviz is installed) into ``directory``; for OpenCL
-        also the portable program that ``python -m texscope.opencl.replay``
-        runs without TVM: kernels.cl, plan.json and weights.npz."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        """Write model.so (where compiled), report.json, report.md and
+        report.html (with report.svg when Graphviz is installed) into
+        ``directory``, and a manifest listing them (:mod:`texscope.outdir`);
+        for OpenCL also the portable program that ``python -m
+        texscope.opencl.replay`` runs without TVM: kernels.cl, plan.json and
+        weights.npz (:mod:`texscope.opencl.plan`)."""
+        out = start_export(directory)
+        written = []
         if self.executable is not None:
             compiler = os.environ.get(NDK_CC_ENV)
-            if compiler:
-                from tvm.contrib import ndk  # imported only when cross-compiling
+            with quiet_native_stderr():
+                if compiler:
+                    from tvm.contrib import ndk  # imported only when cross-compiling
 
-                self.executable.export_library(str(out / "model.so"), fcompile=ndk.create_shared,
-                                               options=["-shared"], cc=compiler)
-            else:
-                self.executable.export_library(str(out / "model.so"))
+                    self.executable.export_library(str(out / "model.so"), fcompile=ndk.create_shared,
+                                                   options=["-shared"], cc=compiler)
+                else:
+                    self.executable.export_library(str(out / "model.so"))
+            written.append("model.so")
         if self.kernels is not None and self.opencl_source:
-            plan_of(self).write(out)
+            written += [path.name for path in plan_of(self).write(out)]
         (out / "report.json").write_text(self.report.to_json())
         (out / "report.md").write_text(self.report.to_markdown())
-        report_html(self.report, out / "report.html")
+        written += ["report.json", "report.md"]
+        written += [p.name for p in report_html(self.report, out / "report.html")]
+        record_written(out, written)
         return out
 
 
@@ -272,9 +280,9 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None) -> Build
         return result
 
     with device_target:
-        packed = timed("convert_layout", ConvertToPackedLayout(device_target), mod)
+        packed = timed("convert_layout", ConvertKeepingNames(device_target), mod)
         annotated, plans = timed("annotate", annotate_module, packed,
-                                     texture_target(device_target, texture.profile))
+                                 texture_target(device_target, texture.profile))
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -14,6 +13,9 @@ from . import profile as cost_profile
 from . import registry, zoo
 from .build import build
 from .errors import TexscopeError
+from .model_file import PRINTED_HEADER, load_model
+from .outdir import check_output_dir, record_written, written_before
+from .targets import texture_target
 
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target JSON"
 # Not --profile: that one times the build's stages.
@@ -22,43 +24,11 @@ COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrat
                      "--cost-profile because --profile times the build")
 
 
-def load_model(path: str, module_name: str | None = None) -> tvm.IRModule:
-    """An IRModule from a Python file defining TVMScript modules, or an ONNX file."""
-    file = Path(path)
-    if not file.exists():
-        raise TexscopeError(f"no such model file: {path}")
-    if file.suffix == ".onnx":
-        try:
-            import onnx
-            from tvm.relax.frontend.onnx import from_onnx
-        except ImportError as err:
-            raise TexscopeError("ONNX models need the onnx extra: pip install 'texscope[onnx]'") from err
-        return from_onnx(onnx.load(str(file)), keep_params_in_input=False)
-    name = f"texscope_model_{file.stem}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    namespace = importlib.util.module_from_spec(spec)
-    # TVMScript finds a module's source through sys.modules.
-    sys.modules[name] = namespace
-    sys.path.insert(0, str(file.parent))
-    try:
-        spec.loader.exec_module(namespace)
-    finally:
-        sys.path.remove(str(file.parent))
-    modules = {k: v for k, v in vars(namespace).items() if isinstance(v, tvm.IRModule)}
-    if module_name is not None:
-        if module_name not in modules:
-            raise TexscopeError(f"{path} defines no IRModule named {module_name!r}; it has {sorted(modules)}")
-        return modules[module_name]
-    if len(modules) != 1:
-        raise TexscopeError(f"{path} defines {len(modules)} IRModules {sorted(modules)}; pick one with --module")
-    return next(iter(modules.values()))
-
-
 def _print_stage(stage: str, seconds: float) -> None:
     print(f"  {stage:<15} {seconds * 1e3:8.1f} ms", flush=True)
 
 
-def _print_summary(result, out_dir: Path) -> None:
+def _print_summary(result) -> None:
     summary = result.report.summary()
     print(f"tensors: {summary['in_texture']} in texture, {summary['in_buffer']} in buffers "
           f"(of {summary['tensors']})")
@@ -69,22 +39,32 @@ def _print_summary(result, out_dir: Path) -> None:
     if "codegen" in summary:
         print(f"code generation {summary['codegen']}")
     print(f"build time: {summary['build_s'] * 1e3:.1f} ms")
-    print(f"written to {out_dir}: {', '.join(sorted(p.name for p in out_dir.iterdir()))}")
 
 
-def _build(model: tvm.IRModule, target: str, out: str, host: str | None,
-           profile: str | None = None) -> None:
+def _print_written(out_dir: Path) -> None:
+    print(f"written to {out_dir}: {', '.join(written_before(out_dir))}")
+
+
+def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
+           profile: str | None = None) -> Path:
     print(f"building for {target}")
     if profile is not None:
         profile = cost_profile.load(profile)
         print(f"cost profile {profile.describe()}")
     result = build(model, target, host=host, log=_print_stage, profile=profile)
-    _print_summary(result, result.export(out))
+    out_dir = result.export(out)
+    _print_summary(result)
+    return out_dir
 
 
 def cmd_build(args) -> None:
-    _build(load_model(args.model, args.module), args.target, args.output, args.host,
-           args.cost_profile)
+    texture_target(args.target)  # a bad target is no fault of the model
+    out = check_output_dir(args.output, args.force)
+    model = load_model(args.model, args.module)
+    try:
+        _print_written(_build(model, args.target, out, args.host, args.cost_profile))
+    except TexscopeError as err:
+        raise TexscopeError(f"{args.model}: {err}") from None
 
 
 def cmd_calibrate(args) -> int:
@@ -94,35 +74,52 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_demo(args) -> None:
-    out = Path(args.output or tempfile.mkdtemp(prefix="texscope-demo-"))
+    out = check_output_dir(args.output, args.force) if args.output else \
+        Path(tempfile.mkdtemp(prefix="texscope-demo-"))
     print("demo: a ResNet-style block (conv, batch norm, relu, max pool, residual adds, dense)")
     model = zoo.resnet_style(blocks=2)
-    _build(model, "adreno-opencl", str(out), None)
+    _build(model, "adreno-opencl", out, None)
     # The model as a file, for `texscope explain` and `texscope build`.
-    header = "from tvm.script import ir as I, relax as R, tirx as T\n\n"
-    (out / "model.py").write_text(header + model.script(show_meta=False))
-    print(f"explain it: texscope explain {out / 'model.py'} --svg graph.svg")
+    (out / "model.py").write_text(PRINTED_HEADER + "\n" + model.script(show_meta=False))
+    record_written(out, ["model.py"])
+    _print_written(out)
+    print(f"open {out / 'report.html'} in a browser: every tensor's scope and why, and the graph")
+    print(f"explain it: texscope explain {out / 'model.py'} --tensor lv3 --svg graph.svg")
 
 
 def cmd_explain(args) -> None:
-    from .explain import explain, graph_svg
+    from .explain import explain, graph_svg, require_graphviz
+    from .naming import ConvertKeepingNames
     from .pipeline import annotate_module
     from .report import Report
-    from .targets import texture_target
-    from .convert_layout import ConvertToPackedLayout
 
+    if args.svg:
+        require_graphviz()
+        if not Path(args.svg).parent.is_dir() or Path(args.svg).is_dir():
+            raise TexscopeError(f"cannot write the graph to {args.svg}: name a file in an "
+                                "existing directory")
     texture = texture_target(args.target, args.cost_profile)
-    packed = ConvertToPackedLayout(texture.target)(load_model(args.model, args.module))
-    _, plans = annotate_module(packed, texture)
+    model = load_model(args.model, args.module)
+    try:
+        packed = ConvertKeepingNames(texture.target)(model)
+        _, plans = annotate_module(packed, texture)
+    except TexscopeError as err:
+        raise TexscopeError(f"{args.model}: {err}") from None
     report = Report.from_plans(args.target, plans)
     print(explain(report, args.tensor))
     if args.svg:
-        print(f"graph: {graph_svg(report, args.svg)}")
+        print(f"graph: {graph_svg(report, args.svg, focus=args.tensor)}")
 
 
 def cmd_run(args) -> int:
     from . import opencl, verify
 
+    kind = texture_target(args.target).kind
+    if kind != "opencl":
+        raise TexscopeError(
+            f"texscope run runs OpenCL kernels, and {kind} kernels cannot be built or run with "
+            f"this TVM (it has no {'SPIR-V' if kind == 'vulkan' else kind} code generator); "
+            f"`texscope build --target {args.target}` still writes the plan and report")
     model = load_model(args.model, args.module)
     device = opencl.default_device()
     # Textures must fit this device's images as well as the target's.
@@ -175,17 +172,24 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--host", help="host target (default llvm); set TEXSCOPE_NDK_CC to cross-compile")
-    p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("-o", "--output", required=True,
+                   help="output directory: new, empty, or one texscope wrote before")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty directory texscope did not write")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
-    p.add_argument("-o", "--output", help="output directory (default: a new temporary one)")
+    p.add_argument("-o", "--output", help="output directory: new, empty, or one texscope wrote "
+                                           "before (default: a new temporary one)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty directory texscope did not write")
     p.set_defaults(run=cmd_demo)
     p = commands.add_parser("explain", help="why every tensor went where it went")
     p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
-    p.add_argument("--tensor", help="only this tensor and its neighbours")
+    p.add_argument("--tensor", help="only this tensor and its neighbours (in the table and "
+                                    "the --svg picture)")
     p.add_argument("--svg", help="also draw the graph into this SVG file (needs Graphviz)")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.set_defaults(run=cmd_explain)

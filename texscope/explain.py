@@ -1,4 +1,7 @@
-"""Why every tensor went where it went: a table, a picture, stage dumps."""
+"""Why every tensor went where it went: a table, a picture, stage dumps.
+
+The HTML report page that shows them is :mod:`texscope.report_page`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import tvm
 
 from .errors import TexscopeError
 from .report import Report
+from .targets import BUFFER_SCOPE, describe_flavour
 
 # Fill colours: texture flavours in greens, buffers grey.
 COLOURS = {
@@ -48,45 +52,129 @@ def explain(report: Report, tensor: str | None = None) -> str:
         f"\n  {c.tensor}: {c.source} -> {c.destination}, {c.nbytes} bytes, for {', '.join(c.readers)}"
         for c in copies))
     lines.append("tensors per scope: " + ", ".join(f"{s} {n}" for s, n in report.counts().items()))
+    lines += [f"  {describe_flavour(s)}" for s in report.counts() if s in COLOURS and s != BUFFER_SCOPE]
     return "\n".join(lines)
 
 
-def _chain_heads(report: Report) -> dict:
-    """Map each tensor to the first tensor of its chain: a run of tensors in one
-    scope, each read only by the kernel writing the next (which may read other
-    tensors too, such as weights)."""
+def _chain_heads(report: Report, nodes) -> dict:
+    """Map each of ``nodes`` to the first tensor of its chain: a run of tensors
+    in one scope, each read only by the kernel writing the next (which may
+    read other tensors too, such as weights)."""
     scope = {(r.function, r.index): r.scope for r in report.tensors}
     readers, writers = {}, {}
     for e in report.edges:
-        readers.setdefault((e.function, e.source), set()).add((e.function, e.target))
-        writers.setdefault((e.function, e.target), set()).add((e.function, e.source))
+        source, target = (e.function, e.source), (e.function, e.target)
+        if source in nodes and target in nodes:
+            readers.setdefault(source, set()).add(target)
+            writers.setdefault(target, set()).add(source)
     head = {}
-    for node in scope:  # tensors are in binding order, so a chain's head comes first
+    for node in sorted(nodes):  # tensors are in binding order, so a chain's head comes first
         source = next((s for s in sorted(writers.get(node, ()))
                        if len(readers[s]) == 1 and scope[s] == scope[node]), None)
         head[node] = node if source is None else head.get(source, source)
     return head
 
 
-def graph_svg(report: Report, path, max_nodes: int = 150) -> Path:
+def parameter_side(report: Report) -> set:
+    """Tensors computed from parameters and constants alone (weights,
+    batch-norm vectors and what packs them), as (function, index): all that
+    the function's first parameter, the model's input, does not reach.  A
+    model with several inputs has its other inputs counted here too."""
+    reached = {(r.function, r.index) for r in report.tensors if r.index == 0}
+    for e in report.edges:  # edges are in binding order: one pass reaches all
+        if (e.function, e.source) in reached:
+            reached.add((e.function, e.target))
+    return {(r.function, r.index) for r in report.tensors} - reached
+
+
+def graphviz_missing() -> str | None:
+    """What is missing to draw graphs (Graphviz's dot, the graphviz package), or None."""
+    if shutil.which("dot") is None:
+        return "Graphviz's dot program (apt-get install graphviz)"
+    try:
+        import graphviz  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+        return "the graphviz Python package (pip install 'texscope[explain]')"
+    return None
+
+
+def require_graphviz() -> None:
+    """Raise a TexscopeError unless graphs can be drawn."""
+    missing = graphviz_missing()
+    if missing:
+        raise TexscopeError(f"drawing the graph needs {missing}")
+
+
+def _focus(report: Report, tensor: str) -> set:
+    """The tensors named ``tensor``, the tensors its producer reads and those
+    its readers write."""
+    chosen = {(r.function, r.index) for r in report.tensors if r.name == tensor}
+    if not chosen:
+        raise TexscopeError(f"no tensor named {tensor!r} in the report")
+    near = set(chosen)
+    for e in report.edges:
+        if (e.function, e.source) in chosen or (e.function, e.target) in chosen:
+            near |= {(e.function, e.source), (e.function, e.target)}
+    return near
+
+
+def _short_scope(scope: str) -> str:
+    return "buffer" if scope == BUFFER_SCOPE else scope.removeprefix("global.")
+
+
+def _label(title: str, subtitle: str, marks: list) -> str:
+    """A Graphviz HTML label: the tensor, its kernel and scope, then one small
+    square per parameter-side tensor the kernel reads, in that tensor's colour."""
+    span = max(1, len(marks))
+    cells = "".join(
+        f'<TD BGCOLOR="{COLOURS.get(row.scope, "#ffffff")}" BORDER="1" WIDTH="9" HEIGHT="9" '
+        f'FIXEDSIZE="TRUE" TOOLTIP="{html.escape(f"{row.name}: {row.scope}")}"></TD>'
+        for row in marks)
+    return (f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="0">'
+            f'<TR><TD COLSPAN="{span}">{html.escape(title)}</TD></TR>'
+            f'<TR><TD COLSPAN="{span}"><FONT POINT-SIZE="9">{html.escape(subtitle)}</FONT></TD></TR>'
+            + (f"<TR>{cells}</TR>" if marks else "") + "</TABLE>>")
+
+
+LEGEND = ("green: texture (darker: texture-weight, then texture-nhwc, texture); grey: buffer; "
+          "box: model input; diamond: layout transform; small squares: parameters the kernel "
+          "reads, in their colour; red dashed: copy")
+
+
+def graph_svg(report: Report, path, max_nodes: int = 150, focus: str | None = None) -> Path:
     """Draw the dataflow with Graphviz: nodes coloured by scope, copies as red
     dashed edges, layout transforms as diamonds, functions as clusters.
 
-    Above ``max_nodes`` tensors, chains of tensors in one scope collapse into
-    one node each, so a long network stays legible.
+    Parameters and what is computed from them alone (:func:`parameter_side`)
+    are small squares on the node of the kernel that reads them, unless a copy
+    of theirs must be seen.  Above ``max_nodes`` tensors, chains of tensors in
+    one scope collapse into one node each.  With ``focus``, only that tensor,
+    the tensors its producer reads and those its readers write are drawn.
     """
-    if shutil.which("dot") is None:
-        raise TexscopeError("Graphviz's dot is missing: apt-get install graphviz")
+    require_graphviz()
     import graphviz  # a maintained binding; only needed for pictures
 
-    head = _chain_heads(report) if len(report.tensors) > max_nodes else \
-        {(r.function, r.index): (r.function, r.index) for r in report.tensors}
-    members: dict = {}
-    for node, first in head.items():
-        members.setdefault(first, []).append(node)
     rows = {(r.function, r.index): r for r in report.tensors}
     kernels = {(e.function, e.target): e.kernel for e in report.edges}
-    dot = graphviz.Digraph(graph_attr={"rankdir": "TB"}, node_attr={"style": "filled"})
+    marks: dict = {}
+    if focus is not None:
+        drawn = _focus(report, focus)
+    else:
+        side = parameter_side(report)
+        copied = {(e.function, e.source) for e in report.edges if e.copied}
+        drawn = set(rows) - (side - copied)
+        for e in report.edges:
+            source, target = (e.function, e.source), (e.function, e.target)
+            if source not in drawn and target in drawn:
+                marks.setdefault(target, []).append(rows[source])
+    head = _chain_heads(report, drawn) if len(drawn) > max_nodes else {n: n for n in drawn}
+    members: dict = {}
+    for node, first in sorted(head.items()):
+        members.setdefault(first, []).append(node)
+    font = {"fontname": "sans-serif", "fontsize": "10"}
+    dot = graphviz.Digraph(graph_attr={"rankdir": "TB", "label": LEGEND, **font},
+                           node_attr={"style": "filled", **font, "fontsize": "11", "margin": "0.05"},
+                           edge_attr=font)
     for function in sorted({r.function for r in report.tensors}):
         with dot.subgraph(name=f"cluster_{function}") as cluster:
             cluster.attr(label=function)
@@ -94,49 +182,27 @@ def graph_svg(report: Report, path, max_nodes: int = 150) -> Path:
                 if first[0] != function:
                     continue
                 row = rows[first]
-                label = f"{row.name}\n{row.scope}" if len(group) == 1 else \
-                    f"{row.name} .. {rows[group[-1]].name}\n{len(group)} tensors, {row.scope}"
-                shape = "diamond" if kernels.get(first, "").startswith("layout_transform") \
+                kernel = kernels.get(first, row.origin)
+                if len(group) == 1:
+                    title, subtitle = row.name, f"{kernel} · {_short_scope(row.scope)}"
+                else:
+                    title = f"{row.name} .. {rows[group[-1]].name}"
+                    subtitle = f"{len(group)} tensors, {row.scope}"
+                shape = "diamond" if kernel.startswith("layout_transform") \
                     else ("box" if row.origin == "param" else "ellipse")
-                cluster.node(f"{function}/{first[1]}", label, shape=shape,
-                             fillcolor=COLOURS.get(row.scope, "#ffffff"))
+                group_marks = [m for member in group for m in marks.get(member, [])]
+                cluster.node(f"{function}/{first[1]}", _label(title, subtitle, group_marks),
+                             shape=shape, fillcolor=COLOURS.get(row.scope, "#ffffff"),
+                             tooltip=f"{title}: {row.scope}")
     for edge in report.edges:
-        source, target = head[(edge.function, edge.source)], head[(edge.function, edge.target)]
-        if source == target:
-            continue  # inside a collapsed chain
-        style = {"color": "red", "style": "dashed", "label": "copy"} if edge.copied else {}
-        dot.edge(f"{edge.function}/{source[1]}", f"{edge.function}/{target[1]}", **style)
+        source, target = (edge.function, edge.source), (edge.function, edge.target)
+        if source not in head or target not in head or head[source] == head[target]:
+            continue  # a parameter's mark, outside the focus, or inside a collapsed chain
+        style = {"color": "red", "style": "dashed", "penwidth": "3", "label": "copy"} \
+            if edge.copied else {}
+        dot.edge(f"{edge.function}/{head[source][1]}", f"{edge.function}/{head[target][1]}", **style)
     out = Path(path)
     out.write_bytes(dot.pipe(format="svg"))
-    return out
-
-
-def report_html(report: Report, path) -> Path:
-    """One self-contained page: the summary, the table, and the graph when
-    Graphviz is there to draw it."""
-    picture = "<p>(install Graphviz to see the graph: apt-get install graphviz)</p>"
-    if shutil.which("dot") is not None:
-        svg = graph_svg(report, Path(path).with_suffix(".svg"))
-        picture = svg.read_text().split("?>", 1)[-1]
-    summary = "".join(f"<tr><th>{k.replace('_', ' ')}</th><td>{v}</td></tr>"
-                      for k, v in report.summary().items())
-    rows = "".join(
-        f"<tr><td>{r.function}</td><td>{r.name}</td><td>{'x'.join(map(str, r.shape or ()))}</td>"
-        f"<td>{r.nbytes}</td><td class='scope' style='background:{COLOURS.get(r.scope, '#fff')}'>"
-        f"{r.scope}</td><td>{html.escape(r.reason)}</td></tr>"
-        for r in report.tensors
-    )
-    page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>texscope report</title>
-<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:2px 6px;text-align:left;font-size:13px}}</style></head>
-<body><h1>texscope report</h1>
-<h2>Summary</h2><table id="summary">{summary}</table>
-<h2>Graph</h2><div id="graph">{picture}</div>
-<h2>Tensors</h2><table id="tensors"><tr><th>function</th><th>tensor</th><th>shape</th>
-<th>bytes</th><th>scope</th><th>reason</th></tr>{rows}</table></body></html>"""
-    out = Path(path)
-    out.write_text(page)
     return out
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 import attrs
 
 from .collect_producer import ProducerInfo
-from .targets import is_texture_scope
+from .targets import describe_flavour, is_texture_scope
 
 
 @attrs.frozen
@@ -115,6 +115,8 @@ class Report:
         lines += [f"- {k.replace('_', ' ')}: {v}" for k, v in self.summary().items()]
         lines += ["", "## Tensors per scope", ""]
         lines += [f"- `{scope}`: {n}" for scope, n in self.counts().items()]
+        lines += ["", "What the texture scopes (flavours) mean:", ""]
+        lines += [f"- {describe_flavour(scope)}" for scope in self.counts() if is_texture_scope(scope)]
         lines += ["", "## Tensors", "",
                   "| function | tensor | shape | dtype | bytes | scope | reason |",
                   "|---|---|---|---|---|---|---|"]

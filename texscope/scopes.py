@@ -43,3 +43,13 @@ def image_extent(shape, flavour: str) -> tuple[int, int, int]:
         ``flavour`` is not one of :data:`FLAVOUR_AXES`.
     """
     return tuple(math.prod(shape[axis] for axis in group) for group in FLAVOUR_AXES[flavour])
+
+
+def describe_flavour(scope: str) -> str:
+    """How a flavour folds ``[d0, d1, d2, d3, 4]`` into an image array, in words."""
+    if scope not in FLAVOUR_AXES:
+        return f"{scope}: a plain buffer (linear memory)" if not is_texture_scope(scope) else scope
+    layers, height, width = ("·".join(f"d{a}" for a in axes) or "1" for axes in FLAVOUR_AXES[scope])
+    return (f"{scope}: the 5-D tensor [d0, d1, d2, d3, 4] is an image array of {layers} "
+            f"layer(s) of {height} rows x {width} texels, each texel the 4 values of the "
+            "last axis (RGBA); the name is TVM's, any tensor that fits may use it")

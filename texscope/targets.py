@@ -14,7 +14,8 @@ from tvm import relax
 from . import profile as cost_profile
 from .errors import TexscopeError
 from .scopes import (  # noqa: F401  (re-exported: targets is where GPUs are described)
-    BUFFER_SCOPE, FLAVOUR_AXES, TEXEL_LANES, image_extent, is_packed_texel_shape, is_texture_scope,
+    BUFFER_SCOPE, FLAVOUR_AXES, TEXEL_LANES, describe_flavour, image_extent, is_packed_texel_shape,
+    is_texture_scope,
 )
 
 
@@ -145,7 +146,10 @@ def make_target(spec: tvm.target.Target | str | dict) -> tvm.target.Target:
     try:
         return tvm.target.Target(spec)
     except Exception as err:  # TVM raises several error types for bad specs
-        raise TexscopeError(f"unknown target {spec!r}: {err}") from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TexscopeError(
+            f"unknown target {spec!r} ({first}); use a preset ({', '.join(TARGET_PRESETS)}), "
+            "a TVM tag such as 'qcom/adreno-opencl-texture', or target JSON") from None
 
 
 def texture_target(target: tvm.target.Target | str | dict, profile=None) -> TextureTarget:
