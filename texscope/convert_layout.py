@@ -19,6 +19,7 @@ from tvm import relax
 
 from . import registry
 from .errors import TexscopeError
+from .fold_constants import fold_constants
 from .graph import relax_bindings, require_shapes
 from .legalize import legalization_of, legalize_map
 from .pad_channels import PadChannels
@@ -94,8 +95,7 @@ def _all_constant(expr) -> bool:
 def _foldable(mod: tvm.IRModule) -> bool:
     """Whether some operator call has only constant arguments.
 
-    Relax's FoldConstant legalizes calls to find out, which costs more than a
-    tenth of a ResNet build when nothing folds (weights as parameters).
+    Folding walks the whole module, a waste when weights are parameters.
     """
     return any(
         isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
@@ -106,8 +106,9 @@ def _foldable(mod: tvm.IRModule) -> bool:
 
 @tvm.transform.module_pass(opt_level=0, name="texscope.FoldConstantsIfAny")
 def FoldConstantsIfAny(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
-    """FoldConstant, skipped when no call has only constant arguments."""
-    return relax.transform.FoldConstant()(mod) if _foldable(mod) else mod
+    """Relax's FoldConstant (computed by :func:`texscope.fold_constants.fold_constants`),
+    skipped when no call has only constant arguments."""
+    return fold_constants(mod) if _foldable(mod) else mod
 
 
 def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
