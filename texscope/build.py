@@ -42,6 +42,7 @@ from .explain import report_html
 from .legalize import PACKED_CONV, LegalizeOnce
 from .opencl.source import kernel_signatures
 from .pipeline import annotate_module, texture_scope_pipeline
+from .profile import PassProfile
 from .report import Report
 from .schedule import schedule_passes
 from .specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
@@ -189,6 +190,8 @@ class BuildResult:
         The TIR the executable was compiled from, right after host/device
         splitting: host functions launching device kernels (None without
         codegen).
+    profile : tuple of texscope.profile.PassTime
+        Time per pass, the costliest first (empty unless asked for).
     """
 
     executable: object
@@ -196,6 +199,7 @@ class BuildResult:
     report: Report
     module: tvm.IRModule = attrs.field(repr=False)
     kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
+    profile: tuple = attrs.field(default=(), repr=False)
 
     def export(self, directory) -> Path:
         """Write model.so, kernels.cl, report.json, report.md and report.html
@@ -231,7 +235,7 @@ def _device_source(executable) -> str:
     return "\n".join(sources)
 
 
-def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
+def build(mod: tvm.IRModule, target, host=None, log=None, profile: bool = False) -> BuildResult:
     """Build ``mod`` for a texture-capable GPU target.
 
     Parameters
@@ -245,11 +249,19 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
         library for a phone.
     log : callable, optional
         Called with (stage, seconds) as each stage finishes.
+    profile : bool
+        Time every pass (:class:`texscope.profile.PassProfile`) into
+        ``BuildResult.profile``.
 
     Returns
     -------
     BuildResult
     """
+    if profile:
+        timing = PassProfile()
+        with _with_instrument(timing):
+            result = build(mod, target, host, log)
+        return attrs.evolve(result, profile=tuple(timing.passes()))
     texture = texture_target(target)
     device_target = tvm.target.Target(texture.target, host=host or "llvm")
     log = log or (lambda stage, seconds: None)

@@ -67,14 +67,21 @@ def _print_summary(result, out_dir: Path) -> None:
     print(f"written to {out_dir}: {', '.join(sorted(p.name for p in out_dir.iterdir()))}")
 
 
-def _build(model: tvm.IRModule, target: str, out: str, host: str | None) -> None:
+def _build(model: tvm.IRModule, target: str, out: str, host: str | None,
+           profile: bool = False) -> None:
     print(f"building for {target}")
-    result = build(model, target, host=host, log=_print_stage)
+    result = build(model, target, host=host, log=_print_stage, profile=profile)
     _print_summary(result, result.export(out))
+    if profile:
+        from .profile import render
+
+        print("time per pass, the passes' own time (without the passes they run), costliest first:")
+        print(render(list(result.profile), result.report.build["build_s"]))
 
 
 def cmd_build(args) -> None:
-    _build(load_model(args.model, args.module), args.target, args.output, args.host)
+    _build(load_model(args.model, args.module), args.target, args.output, args.host,
+           args.profile)
 
 
 def cmd_demo(args) -> None:
@@ -158,6 +165,8 @@ def main(argv=None) -> int:
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--host", help="host target (default llvm); set TEXSCOPE_NDK_CC to cross-compile")
     p.add_argument("-o", "--output", required=True, help="output directory")
+    p.add_argument("--profile", action="store_true",
+                   help="print the time each pass of the build took, costliest first")
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory (default: a new temporary one)")
