@@ -40,6 +40,7 @@ from .convert_layout import ConvertToPackedLayout
 from .cost import plan_cost
 from .explain import report_html
 from .legalize import PACKED_CONV, LegalizeOnce
+from .memory import MemoryCapture, device_memory
 from .opencl.source import kernel_signatures
 from .pipeline import annotate_module, texture_scope_pipeline
 from .profile import PassProfile
@@ -283,14 +284,16 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile: bool = False)
     figures["copies_left"] = plan_cost(optimized, device_target).copies
     executable, source, lowered = None, "", None
     if texture.kind == "opencl":
-        capture = _CaptureKernelLaunches()
-        with _with_instrument(capture):
+        capture, planned = _CaptureKernelLaunches(), MemoryCapture()
+        with _with_instrument(capture), _with_instrument(planned):
             executable = timed("codegen", lambda: tvm.compile(
                 optimized, target=device_target,
                 relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
                 tir_pipeline=TIR_PIPELINE,
             ))
         (lowered,) = capture.modules
+        memory = device_memory(planned.modules[-1])
+        figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
         source = _device_source(executable)
         kernels = kernel_signatures(source)
         figures["kernels"] = len(kernels)
