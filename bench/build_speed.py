@@ -4,8 +4,11 @@ Per model, TVM 0.27's own GPU build (``tvm.compile(mod,
 Target({"kind": "opencl"}, host="llvm"))``, buffers only) and
 ``texscope.build(mod, "adreno-opencl")``, after a warm-up of each, alternating
 (so load on the machine falls on both alike), garbage collection off while
-timing; printed: the medians, their ratio (the target is <= 0.5x), and the
-stage of texscope's build that took longest.
+timing; printed: the medians, their ratio (the target is <= 0.5x), the
+stage of texscope's build that took longest, and the peak device memory of
+both builds (``texscope.memory``: as the VM allocates after TVM's memory
+planning; for texscope also what its plan needs, every storage as large as
+its largest tensor, as TVM 0.27 sizes storages for textures at 4x).
 
 Models: texscope's zoo, and the MediaPipe 0.10.14 .tflite models in
 ``~/.cache/texscope/mediapipe-0.10.14/`` (those TVM's TFLite importer reads;
@@ -27,6 +30,7 @@ import tvm
 
 import texscope
 from texscope import zoo
+from texscope.memory import MemoryCapture, device_memory
 from texscope.profile import render
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
@@ -71,6 +75,18 @@ def texscope_build(mod):
     return texscope.build(mod, TEXSCOPE)
 
 
+def generic_memory(mod):
+    """Peak device memory of TVM's generic (all-buffer) build."""
+    capture = MemoryCapture()
+    with tvm.transform.PassContext(instruments=[capture]):
+        tvm_generic(mod)
+    return device_memory(capture.modules[-1])
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f}"
+
+
 def measure(mod, repeat: int) -> dict[str, list[float]]:
     tools = {"tvm": tvm_generic, "texscope": texscope_build}
     for fn in tools.values():
@@ -89,7 +105,7 @@ def main(argv=None) -> None:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     print(f"{'model':<34} {'TVM generic s':>13} {'texscope s':>10} {'ratio':>6}  "
-          f"texscope's longest stage")
+          f"{'memory MiB: TVM':>15} {'texscope':>8} {'(needs)':>8}  texscope's longest stage")
     for name, load in models(args.models).items():
         try:
             mod = load()
@@ -102,9 +118,11 @@ def main(argv=None) -> None:
         stages = {k[:-2]: v for k, v in result.report.build.items()
                   if k.endswith("_s") and k != "build_s"}
         longest = max(stages, key=stages.get)
+        figures = result.report.build
         print(f"{name:<34} {theirs:>13.2f} {ours:>10.2f} {ours / theirs:>5.2f}x  "
-              f"{longest} {stages[longest]:.2f} s of {result.report.build['build_s']:.2f}",
-              flush=True)
+              f"{_mib(generic_memory(mod).peak_bytes):>15} {_mib(figures['memory_peak_bytes']):>8} "
+              f"{_mib(figures['memory_peak_needed_bytes']):>8}  "
+              f"{longest} {stages[longest]:.2f} s of {figures['build_s']:.2f}", flush=True)
         if args.profile:
             print(render(list(result.profile), result.report.build["build_s"], top=8))
 

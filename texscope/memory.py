@@ -102,21 +102,33 @@ def device_memory(mod: tvm.IRModule, function: str = "main") -> DeviceMemory:
     sizes: dict[relax.Var, int] = {}
     needed: dict[relax.Var, int] = {}
     images: set[relax.Var] = set()
+    holder: dict[relax.Var, relax.Var] = {}  # tensor -> its storage
+    references: dict[relax.Var, int] = {}  # storage -> the storage var and live tensors
     events: list[tuple[relax.Var, int]] = []  # (storage, +1 allocated / -1 freed)
+
+    def drop(storage):
+        references[storage] -= 1
+        if not references[storage]:
+            events.append((storage, -1))
+
     for block in func.body.blocks:
         for binding in block.bindings:
             value, name = binding.value, _op_name(binding.value)
             if name == "relax.memory.alloc_storage":
                 sizes[binding.var] = _storage_bytes(value)
+                references[binding.var] = 1
                 events.append((binding.var, 1))
-            elif name == "relax.memory.alloc_tensor":
-                storage = value.args[0]
+            elif name == "relax.memory.alloc_tensor" and value.args[0] in sizes:
+                storage = holder[binding.var] = value.args[0]
+                references[storage] += 1
                 needed[storage] = max(needed.get(storage, 0), _tensor_bytes(binding.var.ty))
                 vdevice = getattr(binding.var.ty, "vdevice", None)
                 if vdevice is not None and is_texture_scope(str(vdevice.memory_scope)):
                     images.add(storage)
             elif name == "relax.memory.kill_storage" and value.args[0] in sizes:
-                events.append((value.args[0], -1))
+                drop(value.args[0])
+            elif name == "relax.memory.kill_tensor" and value.args[0] in holder:
+                drop(holder.pop(value.args[0]))
 
     def peak(size_of) -> int:
         live = top = inputs
