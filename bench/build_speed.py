@@ -30,8 +30,11 @@ import tvm
 
 import texscope
 from texscope import zoo
-from texscope.memory import MemoryCapture, device_memory
-from texscope.profile import render
+try:
+    from texscope.memory import MemoryCapture, device_memory
+    from texscope.profile import render
+except ImportError:  # texscope before these existed (a "before" run): times only
+    MemoryCapture = device_memory = render = None
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
@@ -77,14 +80,16 @@ def texscope_build(mod):
 
 def generic_memory(mod):
     """Peak device memory of TVM's generic (all-buffer) build."""
+    if MemoryCapture is None:
+        return None
     capture = MemoryCapture()
     with tvm.transform.PassContext(instruments=[capture]):
         tvm_generic(mod)
-    return device_memory(capture.modules[-1])
+    return device_memory(capture.modules[-1]).peak_bytes
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.2f}"
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.2f}"
 
 
 def measure(mod, repeat: int) -> dict[str, list[float]]:
@@ -114,14 +119,14 @@ def main(argv=None) -> None:
             continue
         times = measure(mod, args.repeat)
         ours, theirs = statistics.median(times["texscope"]), statistics.median(times["tvm"])
-        result = texscope.build(mod, TEXSCOPE, profile=args.profile)
+        result = texscope.build(mod, TEXSCOPE, **({"profile": True} if args.profile else {}))
         stages = {k[:-2]: v for k, v in result.report.build.items()
                   if k.endswith("_s") and k != "build_s"}
         longest = max(stages, key=stages.get)
         figures = result.report.build
         print(f"{name:<34} {theirs:>13.2f} {ours:>10.2f} {ours / theirs:>5.2f}x  "
-              f"{_mib(generic_memory(mod).peak_bytes):>15} {_mib(figures['memory_peak_bytes']):>8} "
-              f"{_mib(figures['memory_peak_needed_bytes']):>8}  "
+              f"{_mib(generic_memory(mod)):>15} {_mib(figures.get('memory_peak_bytes')):>8} "
+              f"{_mib(figures.get('memory_peak_needed_bytes')):>8}  "
               f"{longest} {stages[longest]:.2f} s of {figures['build_s']:.2f}", flush=True)
         if args.profile:
             print(render(list(result.profile), result.report.build["build_s"], top=8))

@@ -119,7 +119,8 @@ class _FunctionValues:
             legalize = call.op.get_attr("FLegalize")
             if legalize is None:
                 return None
-            builder = relax.BlockBuilder(self.mod)
+            # Without the module as context: its kernels need not be hashed.
+            builder = relax.BlockBuilder()
             try:
                 lowered = builder.normalize(
                     legalize(builder, builder.normalize(
