@@ -11,8 +11,9 @@ Printed per network, for upstream, texscope ``local`` and texscope ``optimal``:
 - broken: ``texscope.verify.check_invariants`` violations of the annotated
   module (a 1-D "texture", a kernel writing a texture its schedule cannot
   write...): a plan with violations is cheap on paper only;
-- time: annotation alone, median of 7 after a warm-up (garbage collection off
-  while timing, as timeit does), and its ratio to upstream's.
+- time: annotation alone, median of 7 after a warm-up (the tools' runs
+  alternating; garbage collection off while timing, as timeit does), and its
+  ratio to upstream's.
 
 Then, for the smaller graphs, the optimal planner's plan against exhaustive
 search over every assignment (``texscope.exhaustive``).
@@ -61,19 +62,33 @@ def is_texture(expr) -> bool:
         "texture" in str(ty.vdevice.memory_scope)
 
 
-def measure(annotate, stage1):
-    annotate(stage1)  # warm-up: caches, lazily registered functions
-    times = []
+def _timed(annotate, stage1):
+    # As timeit does: no garbage collection inside the timed region.
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        annotated = annotate(stage1)
+        return time.perf_counter() - start, annotated
+    finally:
+        gc.enable()
+
+
+def measure(tools, stage1):
+    """Each tool's figures; the tools' runs alternate, so that load on the
+    machine falls on all alike."""
+    for annotate in tools.values():
+        annotate(stage1)  # warm-up: caches, lazily registered functions
+    times = {tool: [] for tool in tools}
+    last = {}
     for _ in range(REPEAT):
-        # As timeit does: no garbage collection inside the timed region.
-        gc.collect()
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            annotated = annotate(stage1)
-            times.append(time.perf_counter() - start)
-        finally:
-            gc.enable()
+        for tool, annotate in tools.items():
+            seconds, last[tool] = _timed(annotate, stage1)
+            times[tool].append(seconds)
+    return {tool: _figures(last[tool], statistics.median(times[tool])) for tool in tools}
+
+
+def _figures(annotated, seconds):
     conv_tex = sum(
         is_texture(call.args[0]) for call in main_calls(annotated) if call.op.name == "relax.nn.conv2d"
     )
@@ -83,7 +98,7 @@ def measure(annotate, stage1):
         lowered = upstream.after_annotation()(annotated)
     left = texscope.plan_cost(lowered, TARGET)
     return {"copies": left.copies, "kib": left.copy_bytes / 1024, "cost": plan.units,
-            "conv_tex": conv_tex, "broken": broken, "seconds": statistics.median(times)}
+            "conv_tex": conv_tex, "broken": broken, "seconds": seconds}
 
 
 COLUMNS = """\
@@ -115,13 +130,13 @@ def run(names):
         with TARGET:
             stage1 = upstream.stage1()(mod)
         try:
-            results = {tool: measure(fn, stage1) for tool, fn in tools.items()}
+            results = measure(tools, stage1)
         except tvm.error.InternalError:
             # Upstream's stage 1 packs depthwise convs, which TVM's Adreno conv
             # legalization then divides by zero on: use texscope's stage 1.
             stage1 = texscope.ConvertToPackedLayout(TARGET)(mod)
             name += "*"
-            results = {tool: measure(fn, stage1) for tool, fn in tools.items()}
+            results = measure(tools, stage1)
         calls = sum(1 for _ in main_calls(stage1))
         if calls <= EXHAUSTIVE_CALLS:
             problems.append((name, texscope.collect_consumer(

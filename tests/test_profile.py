@@ -13,6 +13,7 @@ import texscope
 from conftest import ADRENO
 from modules import rules
 from texscope import calibrate, profile as cost_profile
+from texscope.opencl import source
 from texscope.cli import main
 from texscope.registry import Storage
 
@@ -65,7 +66,7 @@ def test_calibration_measures_every_kernel_class_with_a_source(measured):
     assert classes <= set(profile.kernels) == {b.cost_class for b in calibrate.BENCHMARKS}
     assert profile.copy_seconds_per_byte.value > 0 and profile.copy_seconds_per_launch.value > 0
     assert "measured by texscope calibrate" in profile.copy_seconds_per_byte.source
-    device = calibrate.devices()[0]
+    device = source.devices()[0]
     assert measured["device"]["name"] == device.name.strip()
     assert measured["device"]["driver_version"] == device.driver_version.strip()
     for name, prices in measured["kernels"].items():
@@ -85,7 +86,7 @@ def test_texscope_calibrate_writes_a_profile_the_build_reads(tmp_path):
     assert "written to" in done.stdout
     assert "] 1/" in done.stderr and "copy buffer->image" in done.stderr  # the progress bar
     profile = cost_profile.load(out)
-    assert profile.device["name"] == calibrate.devices()[0].name.strip()
+    assert profile.device["name"] == source.devices()[0].name.strip()
     # Running it again replaces its own file.
     subprocess.run(["texscope", "calibrate", "--shapes", "8x8", "--repeats", "1", "-o", str(out)],
                    capture_output=True, check=True)

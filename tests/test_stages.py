@@ -87,27 +87,30 @@ def test_collect_producer_settles_the_conflict():
     assert info.reads[calls["c"]] == (TW, TW)
 
 
-def test_define_vdevice_hints_every_tensor_argument_and_types_every_call():
+def test_define_vdevice_reads_every_tensor_in_its_planned_scope_and_types_every_call():
     mod = stage1(rules.Conflict)
     texture = texscope.texture_target(ADRENO)
     plan = texscope.collect_producer(consumers(mod))
     out = texscope.define_vdevice(mod, {"main": plan}, texture)
     relax.analysis.well_formed(out)
     assert [str(v.memory_scope) for v in out.global_infos["vdevice"]] == ["global", TW]
-    bindings = out["main"].body.blocks[0].bindings
-    hints = op_calls(out, "relax.hint_on_device")
-    hinted = {b.var for b in hints}
-    for binding in bindings:
+    assert op_calls(out, "relax.hint_on_device") == []  # copies are written directly
+    copies = op_calls(out, "relax.to_vdevice")
+    calls = [b for b in out["main"].body.blocks[0].bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name != "relax.to_vdevice"]
+    for binding, reads in zip(calls, plan.reads):
         call = binding.value
-        if not isinstance(call, relax.Call) or call.op.name == "relax.hint_on_device":
-            continue
         inputs = call.args[1].fields if call.op.name == "relax.call_tir" else call.args
-        assert all(arg in hinted for arg in inputs), binding.var.name
+        tensors = [a for a in inputs if isinstance(a.ty, relax.TensorType)]
+        for arg, scope in zip(tensors, reads):
+            assert scope is None or str(arg.ty.vdevice.memory_scope) == scope, binding.var.name
         (ty,) = call.ty_args
         assert ty.vdevice is not None, binding.var.name
-    # One hint per (tensor, scope) read: c is read as a texture and, shared, as a buffer.
-    c_hints = [b for b in hints if b.var.name.startswith("c_")]
-    assert sorted(str(b.value.attrs.memory_scope) for b in c_hints) == ["global", TW]
+    # c is written in one scope and read in both: one copy, shared by its readers.
+    (c_copy,) = [b for b in copies if b.var.name.startswith("c_")]
+    written = c_copy.value.args[0].ty.vdevice.memory_scope
+    assert sorted([str(written), str(c_copy.value.attrs.dst_vdevice.memory_scope)]) == ["global", TW]
+    assert str(c_copy.var.ty.vdevice.memory_scope) != str(written)
 
 
 def test_cleanup_folds_a_texture_only_ever_copied_to_a_buffer():

@@ -38,12 +38,14 @@ from tvm.tirx import compilation_pipeline
 from .cleanup import FoldTextureCopies
 from .cost import plan_cost
 from .legalize import PACKED_CONV, LegalizeOnce
+from .memory import MemoryCapture, device_memory
 from .naming import ConvertKeepingNames
 from .opencl.executor import plan_of
 from .opencl.source import kernel_signatures
 from .outdir import record_written, start_export
 from .quiet import quiet_native_stderr
 from .pipeline import annotate_module, texture_scope_pipeline
+from .pass_timing import PassProfile
 from .report import Report
 from .report_page import report_html
 from .schedule import schedule_passes
@@ -193,6 +195,8 @@ class BuildResult:
         The TIR the executable was compiled from, right after host/device
         splitting: host functions launching device kernels (None without
         codegen).
+    pass_times : tuple of texscope.pass_timing.PassTime
+        Time per pass, the costliest first (empty unless asked for).
     """
 
     executable: object
@@ -200,6 +204,7 @@ class BuildResult:
     report: Report
     module: tvm.IRModule = attrs.field(repr=False)
     kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
+    pass_times: tuple = attrs.field(default=(), repr=False)
 
     def export(self, directory) -> Path:
         """Write model.so (where compiled), report.json, report.md and
@@ -244,7 +249,8 @@ def _device_source(executable) -> str:
     return "\n".join(sources)
 
 
-def build(mod: tvm.IRModule, target, host=None, log=None, profile=None) -> BuildResult:
+def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
+          time_passes: bool = False) -> BuildResult:
     """Build ``mod`` for a texture-capable GPU target.
 
     Parameters
@@ -262,11 +268,19 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None) -> Build
         The cost profile the planner weighs: one ``texscope calibrate``
         measured on the device (or its file); the target preset's defaults
         when None.
+    time_passes : bool
+        Time every pass (:class:`texscope.pass_timing.PassProfile`) into
+        ``BuildResult.pass_times``.
 
     Returns
     -------
     BuildResult
     """
+    if time_passes:
+        timing = PassProfile()
+        with _with_instrument(timing):
+            result = build(mod, target, host, log, profile)
+        return attrs.evolve(result, pass_times=tuple(timing.passes()))
     texture = texture_target(target, profile)
     device_target = tvm.target.Target(texture.target, host=host or "llvm")
     log = log or (lambda stage, seconds: None)
@@ -289,14 +303,16 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None) -> Build
     figures["copies_left"] = plan_cost(optimized, device_target).copies
     executable, source, lowered = None, "", None
     if texture.kind == "opencl":
-        capture = _CaptureKernelLaunches()
-        with _with_instrument(capture):
+        capture, planned = _CaptureKernelLaunches(), MemoryCapture()
+        with _with_instrument(capture), _with_instrument(planned):
             executable = timed("codegen", lambda: tvm.compile(
                 optimized, target=device_target,
                 relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
                 tir_pipeline=TIR_PIPELINE,
             ))
         (lowered,) = capture.modules
+        memory = device_memory(planned.modules[-1])
+        figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
         source = _device_source(executable)
         kernels = kernel_signatures(source)
         figures["kernels"] = len(kernels)

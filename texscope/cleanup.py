@@ -1,8 +1,9 @@
 """Stage 5: realize the hints, drop redundant assignments, fold useless copies.
 
-``RealizeVDevice`` turns each ``hint_on_device`` into nothing (an assignment
-``lv = x``) when the argument already lives where its consumer reads it, and
-into a ``to_vdevice`` copy otherwise; ``CanonicalizeBindings`` removes the
+``RealizeVDevice`` (run only where a ``hint_on_device`` is left: stage 4
+writes copies itself) turns each hint into nothing (an assignment ``lv = x``)
+when the argument already lives where its consumer reads it, and into a
+``to_vdevice`` copy otherwise; ``CanonicalizeBindings`` removes such
 assignments, which would otherwise split fusion groups.  Last, a texture whose
 only reader is a copy to a buffer is written as a buffer directly when its
 producer's kernel can write buffers.
@@ -14,10 +15,12 @@ import tvm
 from tvm import relax
 
 from . import registry
+from .graph import relax_bindings
 from .rebuild import with_vdevice
 from .targets import BUFFER_SCOPE, is_texture_scope
 
 TO_VDEVICE = "relax.to_vdevice"
+_HINT = tvm.ir.Op.get("relax.hint_on_device")
 
 
 def _use_counts(func: relax.Function) -> dict[relax.Var, int]:
@@ -113,12 +116,20 @@ def _fold(mod, value, producers, bindings, uses):
     return new_var
 
 
+def _has_hints(mod: tvm.IRModule) -> bool:
+    return any(
+        isinstance(binding.value, relax.Call) and binding.value.op.same_as(_HINT)
+        for _, binding in relax_bindings(mod)
+    )
+
+
 def Cleanup() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """Stage 5 as one pass: realize hints, canonicalize, fold copies."""
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.Cleanup")
     def cleanup(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        mod = relax.transform.RealizeVDevice()(mod)
+        if _has_hints(mod):
+            mod = relax.transform.RealizeVDevice()(mod)
         mod = relax.transform.CanonicalizeBindings()(mod)
         return FoldTextureCopies()(mod)
 

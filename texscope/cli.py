@@ -46,14 +46,20 @@ def _print_written(out_dir: Path) -> None:
 
 
 def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
-           profile: str | None = None) -> Path:
+           profile: str | None = None, time_passes: bool = False) -> Path:
     print(f"building for {target}")
     if profile is not None:
         profile = cost_profile.load(profile)
         print(f"cost profile {profile.describe()}")
-    result = build(model, target, host=host, log=_print_stage, profile=profile)
+    result = build(model, target, host=host, log=_print_stage, profile=profile,
+                   time_passes=time_passes)
     out_dir = result.export(out)
     _print_summary(result)
+    if time_passes:
+        from .pass_timing import render
+
+        print("time per pass, the passes' own time (without the passes they run), costliest first:")
+        print(render(list(result.pass_times), result.report.build["build_s"]))
     return out_dir
 
 
@@ -62,7 +68,8 @@ def cmd_build(args) -> None:
     out = check_output_dir(args.output, args.force)
     model = load_model(args.model, args.module)
     try:
-        _print_written(_build(model, args.target, out, args.host, args.cost_profile))
+        _print_written(_build(model, args.target, out, args.host, args.cost_profile,
+                              args.profile))
     except TexscopeError as err:
         raise TexscopeError(f"{args.model}: {err}") from None
 
@@ -177,6 +184,8 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true",
                    help="write into a non-empty directory texscope did not write")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
+    p.add_argument("--profile", action="store_true",
+                   help="print the time each pass of the build took, costliest first")
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory: new, empty, or one texscope wrote "

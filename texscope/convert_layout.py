@@ -19,6 +19,7 @@ from tvm import relax
 
 from . import registry
 from .errors import TexscopeError
+from .fold_constants import fold_constants
 from .graph import relax_bindings, require_shapes
 from .legalize import legalization_of, legalize_map
 from .pad_channels import PadChannels
@@ -40,18 +41,22 @@ def _recording(op_name: str, fields: list[str]):
     return legalize
 
 
-def merge_identical_prim_funcs(mod: tvm.IRModule) -> tvm.IRModule:
+def merge_identical_prim_funcs(mod: tvm.IRModule, before: tvm.IRModule | None = None
+                               ) -> tvm.IRModule:
     """One PrimFunc per distinct body, calls redirected to it.
 
     Recording attributes updates each legalized PrimFunc after the
     BlockBuilder deduplicated it, so identical kernels (say, a layout
     transform per batch-norm parameter) would otherwise all be built.
+    Only PrimFuncs added since ``before`` (all, without it) are compared:
+    the duplicates come from one legalization.
     """
     canonical: dict[relax.GlobalVar, relax.GlobalVar] = {}
     seen: dict[int, list[relax.GlobalVar]] = {}
+    old = set() if before is None else {g.name_hint for g in before.functions}
     for gvar in sorted(mod.functions, key=lambda g: g.name_hint):
         func = mod[gvar]
-        if not isinstance(func, tvm.tirx.PrimFunc):
+        if not isinstance(func, tvm.tirx.PrimFunc) or gvar.name_hint in old:
             continue
         bucket = seen.setdefault(tvm_ffi.structural_hash(func), [])
         twin = next((g for g in bucket if tvm_ffi.structural_equal(mod[g], func)), None)
@@ -94,8 +99,7 @@ def _all_constant(expr) -> bool:
 def _foldable(mod: tvm.IRModule) -> bool:
     """Whether some operator call has only constant arguments.
 
-    Relax's FoldConstant legalizes calls to find out, which costs more than a
-    tenth of a ResNet build when nothing folds (weights as parameters).
+    Folding walks the whole module, a waste when weights are parameters.
     """
     return any(
         isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
@@ -106,8 +110,9 @@ def _foldable(mod: tvm.IRModule) -> bool:
 
 @tvm.transform.module_pass(opt_level=0, name="texscope.FoldConstantsIfAny")
 def FoldConstantsIfAny(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
-    """FoldConstant, skipped when no call has only constant arguments."""
-    return relax.transform.FoldConstant()(mod) if _foldable(mod) else mod
+    """Relax's FoldConstant (computed by :func:`texscope.fold_constants.fold_constants`),
+    skipped when no call has only constant arguments."""
+    return fold_constants(mod) if _foldable(mod) else mod
 
 
 def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
@@ -120,8 +125,9 @@ def LegalizeKeepingAttrs() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-
         kept = registry.kept_ops()
         table = legalize_map(mod, recording, kept)
         if table:  # else every operator left is kept (the pipeline's second pass)
-            mod = relax.transform.LegalizeOps(table, skip_ops=kept)(mod)
-            mod = relax.transform.Normalize()(merge_identical_prim_funcs(mod))
+            legalized = relax.transform.LegalizeOps(table, skip_ops=kept)(mod)
+            merged = merge_identical_prim_funcs(legalized, before=mod)
+            mod = legalized if merged is legalized else relax.transform.Normalize()(merged)
         return relax.transform.AnnotateTIROpPattern()(mod)
 
     return legalize

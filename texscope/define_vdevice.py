@@ -1,10 +1,14 @@
 """Stage 4: write the storage decisions into the IR.
 
-Every tensor argument of every call is wrapped in ``R.hint_on_device`` with the
-scope its consumer reads; every call's ``ty_args`` (``out_ty`` for
-``call_tir``) carries a VDevice with the scope its output is written in;
-parameters and constants carry theirs; the module's ``global_infos["vdevice"]``
-lists the VDevices.  Stage 5 turns hints into copies or nothing.
+Every call's ``ty_args`` (``out_ty`` for ``call_tir``) carries a VDevice with
+the scope its output is written in; parameters and constants carry theirs;
+the module's ``global_infos["vdevice"]`` lists the VDevices.  A tensor
+argument read in another scope than its own is read through an
+``R.to_vdevice`` copy (one per block, shared by its readers), exactly what
+``RealizeVDevice`` would make of an ``R.hint_on_device``: writing the copies
+directly spares stage 5 realizing a hint per argument and then removing the
+assignments left for the arguments already in place (most of the annotation's
+time, done that way).  Only an argument on no VDevice gets a hint.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class _FunctionRewriter:
         self.rebuilder = Rebuilder(mod)
         self.calls = 0
         self.hints: dict = {}
+        self.unrealized = False  # a hint_on_device was emitted: RealizeVDevice has work
 
     def vdevice_of(self, tensor: int) -> relax.VDevice:
         return self.vdevices[self.plan.choices[tensor].scope]
@@ -44,18 +49,28 @@ class _FunctionRewriter:
         )
 
     def hinted(self, arg: relax.Expr, tensor: int | None, scope: str | None) -> relax.Expr:
+        """``arg`` as its reader wants it: itself where it lives in ``scope``
+        already, else a copy (``to_vdevice``), what ``RealizeVDevice`` would
+        make of a hint; a hint only for a tensor that lives on no VDevice."""
         arg = self.rebuilder.substitute(arg)
         if tensor is None or scope is None:
+            return arg
+        vdevice = self.vdevices[scope]  # listed even when only a copy lives there
+        current = getattr(arg.ty, "vdevice", None)
+        # By identity, as RealizeVDevice compares (VDevice.same_as recurses in TVM 0.27).
+        if current is not None and current.__chandle__() == vdevice.__chandle__():
             return arg
         # Shared by the block's later readers; a dataflow var does not outlive its block.
         key = (self.rebuilder.block, tensor, scope)
         if key not in self.hints:
-            self.vdevices[scope]  # listed even when only a copy lives there
             source = self.graph.tensors[tensor].name.replace("[", "_").replace("]", "")
             name = f"{source}_{scope.replace('global.', '').replace('-', '_')}"
-            self.hints[key] = self.rebuilder.emit(
-                name, relax.op.hint_on_device(arg, self.device, scope)
-            )
+            if current is None:
+                self.unrealized = True
+                value = relax.op.hint_on_device(arg, self.device, scope)
+            else:
+                value = relax.op.to_vdevice(arg, vdevice)
+            self.hints[key] = self.rebuilder.emit(name, value)
         return self.hints[key]
 
     def rewrite_call(self, call: relax.Call) -> relax.Call:
@@ -74,7 +89,13 @@ class _FunctionRewriter:
             return relax.Call(call.op, [call.args[0], relax.Tuple(inputs), *rest], call.attrs,
                               [out_ty])
         # Other operators take their output VDevice from ty_args (the design's trick).
-        return relax.Call(call.op, inputs, call.attrs, [self.annotate_output(call.ty, site.outputs)])
+        out_ty = self.annotate_output(call.ty, site.outputs)
+        rewritten = relax.Call(call.op, inputs, call.attrs, [out_ty])
+        # Its type is known: the old one on the planned VDevice.  Inferring
+        # it again costs ~5 ms per packed conv2d in TVM 0.27 (layout parsing).
+        if all(isinstance(a, (relax.Var, Constant)) for a in inputs):
+            relax.expr._update_type(rewritten, out_ty)  # pylint: disable=protected-access
+        return rewritten
 
     def rewrite(self, binding: relax.Binding) -> relax.Expr:
         if isinstance(binding.value, relax.Call):
