@@ -37,7 +37,7 @@ from tvm.tirx import compilation_pipeline
 
 from .cleanup import FoldTextureCopies
 from .convert_layout import ConvertToPackedLayout
-from .cost import plan_cost
+from .cost import plan_cost, texture_reads
 from .explain import report_html
 from .legalize import PACKED_CONV, LegalizeOnce
 from .opencl.source import kernel_signatures
@@ -265,6 +265,8 @@ def build(mod: tvm.IRModule, target, host=None, log=None) -> BuildResult:
     with device_target:
         packed = timed("convert_layout", ConvertToPackedLayout(device_target), mod)
         annotated, plans = timed("annotate", annotate_module, packed, texture_target(device_target))
+        conv_reads = texture_reads(annotated)
+        figures["convs"], figures["convs_reading_texture"] = conv_reads.calls, conv_reads.from_texture
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)

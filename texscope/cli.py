@@ -14,11 +14,13 @@ from . import registry, zoo
 from .build import build
 from .errors import TexscopeError
 
+MODEL_HELP = "a .py file defining a TVMScript IRModule, an .onnx or a .tflite file"
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target JSON"
 
 
 def load_model(path: str, module_name: str | None = None) -> tvm.IRModule:
-    """An IRModule from a Python file defining TVMScript modules, or an ONNX file."""
+    """An IRModule from a Python file defining TVMScript modules, an ONNX file
+    or a TFLite file (``.tflite``)."""
     file = Path(path)
     if not file.exists():
         raise TexscopeError(f"no such model file: {path}")
@@ -29,6 +31,10 @@ def load_model(path: str, module_name: str | None = None) -> tvm.IRModule:
         except ImportError as err:
             raise TexscopeError("ONNX models need the onnx extra: pip install 'texscope[onnx]'") from err
         return from_onnx(onnx.load(str(file)), keep_params_in_input=False)
+    if file.suffix == ".tflite":
+        from .tflite_model import load_tflite
+
+        return load_tflite(file)
     name = f"texscope_model_{file.stem}"
     spec = importlib.util.spec_from_file_location(name, file)
     namespace = importlib.util.module_from_spec(spec)
@@ -153,7 +159,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="texscope", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("build", help="build a model for a mobile GPU")
-    p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--host", help="host target (default llvm); set TEXSCOPE_NDK_CC to cross-compile")
@@ -163,7 +169,7 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", help="output directory (default: a new temporary one)")
     p.set_defaults(run=cmd_demo)
     p = commands.add_parser("explain", help="why every tensor went where it went")
-    p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--tensor", help="only this tensor and its neighbours")
@@ -171,7 +177,7 @@ def main(argv=None) -> int:
     p.set_defaults(run=cmd_explain)
     p = commands.add_parser("run", help="build, run once on the default OpenCL device, "
                                         "compare with the CPU and time each kernel")
-    p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
