@@ -12,8 +12,11 @@ import texscope
 from texscope import opencl, verify
 from texscope.cli import load_model
 from texscope.errors import TexscopeError
-from texscope.tflite_model import load_tflite
+from texscope.broadcast_rank import ExpandBroadcastRank
+from texscope.opencl.source import kernel_signatures
+from texscope.tflite_model import _rewrite_flattened_prelu, load_tflite
 
+from conftest import run_pass
 from modules import odd_convs
 
 IMPORTABLE = [
@@ -115,3 +118,38 @@ def test_odd_convs_read_textures_and_compute_the_cpu_numbers_on_opencl(name, tar
     assert run.copies == 0
     check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs), rtol=1e-4, atol=1e-4)
     assert check.ok, check
+
+
+def test_the_frontends_flattened_prelu_becomes_element_wise_in_its_own_shape():
+    out = run_pass(_rewrite_flattened_prelu(), odd_convs.BiasPrelu)
+    tvm.ir.assert_structural_equal(out, odd_convs.BiasPreluRewritten, map_free_vars=True)
+    # Exactly the same function: one of max(x, 0) and min(x, 0) is zero.
+    check = verify.equivalent(odd_convs.BiasPrelu, out, rtol=0, atol=0)
+    assert check.ok, check
+
+
+def test_a_lower_rank_operand_is_reshaped_to_the_full_rank():
+    out = run_pass(ExpandBroadcastRank(), odd_convs.BiasPreluRewritten)
+    tvm.ir.assert_structural_equal(out, odd_convs.BiasPreluRanked, map_free_vars=True)
+    # Nothing left to expand: the module comes back unchanged.
+    tvm.ir.assert_structural_equal(run_pass(ExpandBroadcastRank(), out), out)
+
+
+def test_a_bias_and_prelu_stay_packed_and_fuse_into_the_conv_on_opencl():
+    # Before ExpandBroadcastRank the 1-D bias unpacked the conv's output and
+    # the next step packed it again.  TVM's Adreno conv schedule leaves the
+    # blocks reading the conv's result twice (max and min) off GPU threads:
+    # the build crashed in LLVM codegen on a texture load (face_landmark, in
+    # a TexscopeError on its texture store); texscope's EpilogueConv2d inlines
+    # them.
+    mod = odd_convs.BiasPreluRewritten
+    result = texscope.build(mod, opencl.device_target(None, "adreno-opencl"))
+    assert result.report.build["convs_reading_texture"] == 1
+    # One fused function (its data pad and its conv kernel), besides the packing.
+    (fused,) = {k.rsplit("_kernel", 1)[0] for k in kernel_signatures(result.opencl_source)
+                if "layout_transform" not in k}
+    assert fused == "fused_conv2d_NCHWc_OIHWo_opencl_add_maximum_minimum_multiply_add1"
+    inputs = verify.random_inputs(mod)
+    run = opencl.run(result, inputs)
+    check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs), rtol=1e-4, atol=1e-4)
+    assert check.ok and run.copies == 0, check

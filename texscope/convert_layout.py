@@ -1,7 +1,8 @@
 """Stage 1: packed 5-D layouts, then legalization that keeps operator attributes.
 
 Convs whose channel counts are not multiples of 4 get zero channels first
-(:mod:`texscope.pad_channels`); ConvertLayout then packs activations as NCHW4c
+(:mod:`texscope.pad_channels`), and the operands of broadcasting binary
+operators equal ranks (:mod:`texscope.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
 and conv2d weights as OIHW4o (the layouts come from the registry); pools
 follow their input.  Operators the
 registry keeps stay Relax calls.  Operators whose decisions need their
@@ -18,6 +19,7 @@ import tvm_ffi
 from tvm import relax
 
 from . import registry
+from .broadcast_rank import ExpandBroadcastRank
 from .errors import TexscopeError
 from .graph import relax_bindings, require_shapes
 from .legalize import legalization_of, legalize_map
@@ -148,6 +150,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
             [
                 relax.transform.DecomposeOpsForInference(),
                 PadChannels(),
+                ExpandBroadcastRank(),
                 relax.transform.ConvertLayout({}, registry.desired_layouts),
                 relax.transform.Normalize(),
                 FoldConstantsIfAny,

@@ -150,6 +150,37 @@ class TexelWriter(dlight.ScheduleRule):
         sch.vectorize(lane)
 
 
+class EpilogueConv2d(dlight.ScheduleRule):
+    """TVM's Adreno Conv2d rule, after inlining every element-wise block
+    that writes no output into its readers, in order.
+
+    A PReLU written element-wise (``max(x, 0) + min(x, 0) * alpha``) reads
+    the conv's result twice; TVM's rule inlines only blocks with one consumer,
+    leaves the rest unscheduled and the kernel's texture store off GPU
+    threads.  Inlined, the epilogue is one block, recomputing an add per
+    reader (cheaper than another kernel).
+    """
+
+    is_target_available = _on_texture_target
+
+    def __init__(self):
+        self.conv2d = _on_every_texture_target(dlight.adreno.Conv2d)
+
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        for block in sch.get_child_blocks(sch.get_sblock("root")):
+            if (_is_spatial(sch, block)
+                    and not _writes_any(sch, block, func.params)
+                    and not dlight.analysis.get_sblock_info(sch, block).is_data_pad(sch)):
+                try:
+                    sch.compute_inline(block)
+                except s_tir.ScheduleError:
+                    pass
+        return self.conv2d.apply(sch, target, tunable)
+
+
 def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
     """Whether some store into a texture lies outside every thread-bound loop."""
     depth, found = [0], []
@@ -205,7 +236,7 @@ def schedule_passes() -> list:
     then a check that every texture kernel runs on GPU threads."""
     return [
         dlight.ApplyDefaultSchedule(
-            _on_every_texture_target(dlight.adreno.Conv2d),
+            EpilogueConv2d(),
             _on_every_texture_target(dlight.adreno.LayoutTransform),
             TexelWriter(),
             _on_every_texture_target(dlight.adreno.Fallback),

@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 import tvm
+import tvm_ffi
+from tvm import relax
 
 from .errors import TexscopeError
 
@@ -96,7 +98,8 @@ def load_tflite(path) -> tvm.IRModule:
     -------
     tvm.IRModule
         ``main`` takes the model's inputs in its own layout (NHWC for TFLite
-        image models); weights are constants.
+        image models); weights are constants.  PReLUs, which the frontend
+        flattens to 1-D, are rewritten element-wise in the activation's shape.
 
     Raises
     ------
@@ -117,7 +120,7 @@ def load_tflite(path) -> tvm.IRModule:
         listed = ", ".join(f"{name} (x{count})" for name, count in sorted(custom.items()))
         raise TexscopeError(f"{file}: TVM's TFLite frontend does not convert custom operators: {listed}")
     try:
-        return from_tflite(model)
+        mod = from_tflite(model)
     except Exception as err:  # the frontend raises anything; name where it was
         operator = _failing_operator(tflite, model, sys.exc_info()[2])
         where = f"operator {operator}" if operator else "the model"
@@ -127,3 +130,38 @@ def load_tflite(path) -> tvm.IRModule:
                     "DENSIFY at run time: the operator's input is not stored dense)")
         raise TexscopeError(f"{file}: TVM's TFLite frontend failed on {where}: "
                             f"{type(err).__name__}: {err}{note}") from err
+    return _rewrite_flattened_prelu()(mod)
+
+
+def _rewrite_flattened_prelu() -> tvm.ir.transform.Pass:
+    """PReLU as two element-wise maxima: TVM's frontend flattens the
+    activation and the broadcast slopes to 1-D around ``R.nn.prelu(axis=0)``,
+    which no packed layout can follow (every PReLU would unpack and repack
+    its conv's output).  ``max(x, 0) + min(x, 0) * alpha``, alpha broadcast
+    in the activation's own shape, is the same function (exactly: one of the
+    two terms is zero) and packs."""
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    data, alpha = wildcard(), wildcard()
+    flat_data = is_op("relax.reshape")(data, wildcard())
+    flat_alpha = is_op("relax.reshape")(is_op("relax.broadcast_to")(alpha, wildcard()), wildcard())
+    prelu = is_op("relax.nn.prelu")(flat_data, flat_alpha)
+    pattern = is_op("relax.reshape")(prelu, wildcard())
+
+    def rewrite(expr, matches):
+        x, slopes = matches[data], matches[alpha]
+        if not (tvm_ffi.structural_equal(matches[pattern].ty, x.ty)
+                and int(matches[prelu].attrs.axis) == 0):
+            return expr
+        zero = relax.const(0.0, x.ty.dtype)
+        return relax.op.add(relax.op.maximum(x, zero),
+                            relax.op.multiply(relax.op.minimum(x, zero), slopes))
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.RewriteFlattenedPrelu")
+    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        functions = {g: rewrite_call(pattern, rewrite, f) if isinstance(f, relax.Function) else f
+                     for g, f in mod.functions.items()}
+        return relax.transform.DeadCodeElimination()(relax.transform.Normalize()(
+            tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)))
+
+    return run

@@ -56,3 +56,62 @@ class DepthwiseMultiplier:
             y = R.nn.conv2d(x, w, padding=1, groups=5)
             R.output(y)
         return y
+
+
+@I.ir_module
+class BiasPrelu:
+    """A conv, its 1-D bias and a PReLU as the TFLite frontend writes them: the
+    activation and the broadcast slopes flattened around prelu(axis=0)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 8, 8), "float32"), w: R.Tensor((3, 3, 8, 8), "float32"),
+             b: R.Tensor((8,), "float32"), alpha: R.Tensor((1, 1, 8), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="HWIO",
+                            out_layout="NHWC")
+            biased = R.add(c, b)
+            slopes = R.broadcast_to(alpha, R.shape([1, 8, 8, 8]))
+            flat = R.reshape(biased, R.shape([512]))
+            flat_slopes = R.reshape(slopes, R.shape([512]))
+            activated = R.nn.prelu(flat, flat_slopes, axis=0)
+            y = R.reshape(activated, R.shape([1, 8, 8, 8]))
+            R.output(y)
+        return y
+
+
+@I.ir_module
+class BiasPreluRewritten:
+    @R.function
+    def main(x: R.Tensor((1, 8, 8, 8), "float32"), w: R.Tensor((3, 3, 8, 8), "float32"),
+             b: R.Tensor((8,), "float32"), alpha: R.Tensor((1, 1, 8), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="HWIO",
+                            out_layout="NHWC")
+            biased = R.add(c, b)
+            lv = R.maximum(biased, R.const(0.0, "float32"))
+            lv1 = R.minimum(biased, R.const(0.0, "float32"))
+            lv2 = R.multiply(lv1, alpha)
+            y = R.add(lv, lv2)
+            R.output(y)
+        return y
+
+
+@I.ir_module
+class BiasPreluRanked:
+    """BiasPreluRewritten after ExpandBroadcastRank."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 8, 8), "float32"), w: R.Tensor((3, 3, 8, 8), "float32"),
+             b: R.Tensor((8,), "float32"), alpha: R.Tensor((1, 1, 8), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="HWIO",
+                            out_layout="NHWC")
+            lv = R.reshape(b, R.shape([1, 1, 1, 8]))
+            biased = R.add(c, lv)
+            lv1 = R.maximum(biased, R.const(0.0, "float32"))
+            lv2 = R.minimum(biased, R.const(0.0, "float32"))
+            lv3 = R.reshape(alpha, R.shape([1, 1, 1, 8]))
+            lv4 = R.multiply(lv2, lv3)
+            y = R.add(lv1, lv4)
+            R.output(y)
+        return y
