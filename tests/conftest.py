@@ -109,3 +109,14 @@ def mediapipe():
     from texscope.corpus import mediapipe_models
 
     return mediapipe_models()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``real_models`` (every MediaPipe model on every target,
+    minutes) run only when asked for: ``python -m pytest -m real_models``."""
+    if "real_models" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="heavy: run with -m real_models")
+    for item in items:
+        if "real_models" in item.keywords:
+            item.add_marker(skip)
