@@ -57,13 +57,13 @@ def test_dump_stages_writes_each_stage(tmp_path):
         texscope.texture_scope_pipeline(ADRENO)(rules.ConvRelu)
     names = sorted(p.name for p in tmp_path.iterdir())
     # Nested passes come before the pass that runs them.
-    assert names == ["01_PadChannels.py", "02_ExpandBroadcastRank.py",
-                     "03_FoldConstantsIfAny.py", "04_LegalizeKeepingAttrs.py",
-                     "05_ConvertToPackedLayout.py", "06_LegalizeKeepingAttrs.py",
-                     "07_DefineVDevice.py", "08_FoldTextureCopies.py", "09_Cleanup.py",
-                     "10_AnnotateTextureScope.py", "11_texture_scope_pipeline.py"]
-    assert "R.hint_on_device" in (tmp_path / "07_DefineVDevice.py").read_text()
-    assert "R.hint_on_device" not in (tmp_path / "09_Cleanup.py").read_text()
+    assert names == ["01_DecomposeForGPU.py", "02_PadChannels.py", "03_ExpandBroadcastRank.py",
+                     "04_FoldConstantsIfAny.py", "05_LegalizeKeepingAttrs.py",
+                     "06_ConvertToPackedLayout.py", "07_LegalizeKeepingAttrs.py",
+                     "08_DefineVDevice.py", "09_FoldTextureCopies.py", "10_Cleanup.py",
+                     "11_AnnotateTextureScope.py", "12_texture_scope_pipeline.py"]
+    assert "R.hint_on_device" in (tmp_path / "08_DefineVDevice.py").read_text()
+    assert "R.hint_on_device" not in (tmp_path / "10_Cleanup.py").read_text()
 
 
 def test_the_report_page_opens_in_a_real_browser(tmp_path):

@@ -1,6 +1,8 @@
 """Stage 1: packed 5-D layouts, then legalization that keeps operator attributes.
 
-Convs whose channel counts are not multiples of 4 get zero channels first
+Operators TVM cannot build for a GPU are rewritten into ones it can
+(:mod:`texscope.decompose`: ``ewise_fma``, ``conv2d_transpose`` as a conv);
+convs whose channel counts are not multiples of 4 get zero channels
 (:mod:`texscope.pad_channels`), and the operands of broadcasting binary
 operators equal ranks (:mod:`texscope.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
 and conv2d weights as OIHW4o (the layouts come from the registry); pools
@@ -20,6 +22,7 @@ from tvm import relax
 
 from . import registry
 from .broadcast_rank import ExpandBroadcastRank
+from .decompose import DecomposeForGPU
 from .errors import TexscopeError
 from .graph import relax_bindings, require_shapes
 from .legalize import legalization_of, legalize_map
@@ -149,6 +152,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
         passes = tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),
+                DecomposeForGPU(),
                 PadChannels(),
                 ExpandBroadcastRank(),
                 relax.transform.ConvertLayout({}, registry.desired_layouts),

@@ -354,7 +354,8 @@ BUILTIN: tuple[OpSupport, ...] = (
         # ConvertLayout would push a packed input layout into it and fail.
         layout_attrs=("data_layout", "kernel_layout", "out_layout"),
         sync=NO_SYNC,
-        note="no packed kernel: stays NCHW and reads buffers",
+        note="one stage 1 cannot rewrite as a conv of its zero-inserted data (grouped, "
+        "symbolic): no packed kernel, reads buffers",
     ),
     OpSupport(
         name="conv2d_unpacked",
