@@ -7,6 +7,9 @@ both targets and one float16 build; ``python -m pytest -m real_models`` builds
 every model that imports for both targets, and each in float16.
 """
 
+import subprocess
+import sys
+
 import pytest
 import tvm
 from tvm import relax
@@ -76,3 +79,13 @@ def test_a_float16_build_compiles_half_texel_kernels(mediapipe, name):
     device = opencl.default_device()
     if "cl_khr_fp16" in device.extensions:  # PoCL on a CPU has no half precision
         opencl.compile_source(result.opencl_source, device)
+
+
+def test_the_command_builds_a_tflite_file(mediapipe, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "texscope", "build", str(mediapipe["hand_recrop"]),
+         "--target", "mali-opencl", "-o", str(tmp_path / "out")],
+        capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "copies: 0 planned (0 bytes), 0 left after fusion" in done.stdout
+    assert {"model.so", "kernels.cl", "report.json"} <= {p.name for p in (tmp_path / "out").iterdir()}

@@ -44,7 +44,8 @@ from .opencl.source import kernel_signatures
 from .pipeline import annotate_module, texture_scope_pipeline
 from .report import Report
 from .schedule import schedule_passes
-from .specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
+from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
+                         SplitPrimFuncsBySignature)
 from .targets import texture_target
 
 TIR_PIPELINE = "texscope_adreno"
@@ -101,14 +102,16 @@ def fuse_passes() -> list:
 
 
 def optimize_passes(target: tvm.target.Target) -> list:
-    """After annotation: legalize, fuse, fold copies, specialize (one PrimFunc
-    per storage signature first), schedule."""
+    """After annotation: legalize, fuse, fold copies, specialize texture
+    parameters (one PrimFunc per storage signature first), schedule."""
     return [
         *fuse_passes(),
         FoldTextureCopies(),
         relax.transform.DeadCodeElimination(),
         SplitPrimFuncsBySignature,
-        relax.transform.SpecializePrimFuncBasedOnCallSite(),
+        # TVM's SpecializePrimFuncBasedOnCallSite, for texture parameters only
+        # (it rejects symbolic sizes; identical output on static modules).
+        SpecializeTextureParams,
         relax.transform.Normalize(),
         *schedule_passes(),
     ]

@@ -35,10 +35,26 @@ def _on_texture_target(rule: dlight.ScheduleRule, target: tvm.target.Target) -> 
     return dlight.ScheduleRule.is_target_available(rule, target) and "texture" in target.keys
 
 
+def _static_params(func) -> bool:
+    return all(isinstance(d, tvm.tirx.IntImm)
+               for param in func.params if isinstance(param.ty, tvm.tirx.BufferType)
+               for d in param.ty.shape)
+
+
+def _apply_if_static(self, func, target, tunable):
+    # TVM's Adreno rules take extents for integers (int() of a symbolic size
+    # raises); a kernel of symbolic shape holds no texture and is left to the
+    # generic GPU rules.
+    if isinstance(func, tvm.tirx.PrimFunc) and not _static_params(func):
+        return None
+    return super(type(self), self).apply(func, target, tunable)
+
+
 def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
-    other texture targets."""
-    return type(rule_class.__name__, (rule_class,), {"is_target_available": _on_texture_target})()
+    other texture targets, and only kernels of static shape."""
+    return type(rule_class.__name__, (rule_class,), {
+        "is_target_available": _on_texture_target, "apply": _apply_if_static})()
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:

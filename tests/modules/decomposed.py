@@ -63,3 +63,16 @@ class TransposeNHWC:
                                       kernel_layout="HWOI", out_layout="NHWC")
             R.output(o)
         return o
+
+
+@I.ir_module
+class SymbolicConv:
+    """A conv over an image of any height and width."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, "height", "width"), "float32"),
+             w: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            o = R.nn.conv2d(x, w, padding=1)
+            R.output(o)
+        return o
