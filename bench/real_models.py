@@ -10,7 +10,8 @@ Per model that TVM's TFLite frontend imports (the corpus comes from
 - ``texscope``: texscope's build for the target (limited to the OpenCL
   device's images), run once on that device and compared with the CPU:
   kernels, launches, images, copies run, conv data inputs read from texture,
-  max abs error, and build time by stage (one build each: these take seconds,
+  max abs error over the output's largest magnitude (MISMATCH from 2e-4, as
+  the tests), and build time by stage (one build each: these take seconds,
   the stage split is what to read).
 
 Run: ``python bench/real_models.py [--target mali-opencl] [model ...]``
@@ -19,6 +20,8 @@ Run: ``python bench/real_models.py [--target mali-opencl] [model ...]``
 from __future__ import annotations
 
 import argparse
+
+import numpy as np
 
 import tvm
 from tvm import relax
@@ -68,15 +71,17 @@ def texscope_row(mod, target) -> dict:
     figures = result.report.build
     inputs = verify.random_inputs(mod)
     run = opencl.run(result, inputs)
-    check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs),
-                           rtol=1e-3, atol=1e-3)
+    expected = verify.reference_outputs(mod, inputs)
+    # Error relative to each output's largest magnitude (outputs reach 1315).
+    error = max(float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30)
+                for a, b in zip(run.outputs, expected))
     return {
         "kernels": figures["kernels"],
         "launches": len(run.times) - run.copies,
         "images": run.images,
         "copies": run.copies,
         "conv_tex": f"{figures['convs_reading_texture']}/{figures['convs']}",
-        "error": f"{check.max_abs_error:.1e}{'' if check.ok else ' MISMATCH'}",
+        "error": f"{error:.1e}{'' if error < 2e-4 else ' MISMATCH'}",
         **{stage: figures.get(f"{stage}_s", 0.0) for stage in STAGES},
     }
 
@@ -87,7 +92,7 @@ def run(names, base: str) -> None:
     print(f"target {base}, limited to {device.name.strip()}'s images; "
           "times in seconds, one build each\n")
     print("| model | TVM's own Adreno build | kernels | launches | images | copies | "
-          "conv data from texture | max abs error | " + " | ".join(STAGES) + " |")
+          "conv data from texture | max error / output scale | " + " | ".join(STAGES) + " |")
     print("|---" * (8 + len(STAGES)) + "|")
     models = mediapipe_models()
     for name in names or sorted(models):

@@ -10,6 +10,7 @@ every model that imports for both targets, and each in float16.
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tvm
 from tvm import relax
@@ -61,9 +62,13 @@ def test_a_model_packs_every_conv_builds_runs_and_matches_the_cpu(mediapipe, nam
     inputs = verify.random_inputs(mod)
     run = opencl.run(result, inputs)
     assert run.copies == 0 and run.images > 0
-    check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs),
-                           rtol=1e-3, atol=1e-3)
-    assert check.ok, check
+    for actual, expected in zip(run.outputs, verify.reference_outputs(mod, inputs)):
+        # Random inputs drive the published weights to outputs as large as
+        # 1315 (pose_landmark_full's segmentation); summed in another order,
+        # float32 differs there by up to 1e-4 of an output's largest magnitude.
+        check = verify.compare([actual], [expected], rtol=1e-3,
+                               atol=max(1e-3, 2e-4 * float(np.abs(expected).max())))
+        assert check.ok, check
 
 
 @pytest.mark.parametrize("name", [
