@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 import tvm
 from hypothesis import HealthCheck, settings
 from tvm import relax
@@ -100,3 +101,22 @@ def copies(mod: tvm.IRModule, function: str = "main") -> list[str]:
         and isinstance(b.value.op, tvm.ir.Op)
         and b.value.op.name == "relax.to_vdevice"
     ]
+
+
+@pytest.fixture(scope="session")
+def mediapipe():
+    """MediaPipe 0.10.14's .tflite models by name, downloaded once (see texscope.corpus)."""
+    from texscope.corpus import mediapipe_models
+
+    return mediapipe_models()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``real_models`` (every MediaPipe model on every target,
+    minutes) run only when asked for: ``python -m pytest -m real_models``."""
+    if "real_models" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="heavy: run with -m real_models")
+    for item in items:
+        if "real_models" in item.keywords:
+            item.add_marker(skip)

@@ -21,16 +21,18 @@ def test_stage1_output_calls_map_to_their_entries():
     mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.Conflict)
     assert entry_names(mod) == {
         "lv": "layout_transform", "lv1": "layout_transform", "c": "conv2d_nchw4c",
-        "lv2": "layout_transform", "p": "conv2d_nchw4c", "m": "opaque", "s": "opaque",
+        "lv2": "layout_transform", "p": "conv2d_nchw4c", "m": "mean", "s": "sum",
         "lv3": "layout_transform", "lv4": "layout_transform", "lv5": "layout_transform",
     }
     pooled = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
     assert entry_names(pooled)["lv2"] == "max_pool2d_nchw4c"
 
 
-def test_an_element_wise_kernel_is_injective():
+def test_an_element_wise_kernel_maps_to_its_operators_entry():
     mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.ConvRelu)
-    assert entry_names(mod)["lv2"] == "injective"
+    assert entry_names(mod)["lv2"] == "relu"
+    relu = next(f for g, f in mod.functions.items() if g.name_hint == "relu")
+    assert dict(relu.attrs["texscope_op"]) == {"op": "relax.nn.relu"}
 
 
 def test_stage1_is_configured_by_the_registry():

@@ -48,8 +48,8 @@ def test_collect_consumer_lists_every_demand():
     fields = [(d.consumer, d.operand, d.accepts, d.wants, d.entry) for d in info.of("c")]
     assert fields == [
         ("p", 0, TEXTURE, Storage.TEXTURE, "conv2d_nchw4c"),
-        ("m", 0, BUFFER, Storage.BUFFER, "opaque"),
-        ("s", 0, BUFFER, Storage.BUFFER, "opaque"),
+        ("m", 0, BUFFER, Storage.BUFFER, "mean"),
+        ("s", 0, BUFFER, Storage.BUFFER, "sum"),
     ]
     # The unpacking transform reads either, a buffer by choice (a texture read
     # saves it nothing); the function's result goes back as a buffer.

@@ -94,4 +94,4 @@ def test_the_check_flag_turns_a_broken_plan_into_an_error(monkeypatch):
     monkeypatch.setattr(stage3, "_optimal", read_textures_directly)
     with pytest.raises(texscope.TexscopeError, match="invariant") as err:
         texscope.texture_scope_pipeline(ADRENO, check=True)(rules.Conflict)
-    assert err.value.binding == "m" and "opaque cannot read a texture" in str(err.value)
+    assert err.value.binding == "m" and "mean cannot read a texture" in str(err.value)

@@ -36,7 +36,7 @@ from tvm.s_tir.backend.adreno import pipeline as adreno_tir
 from tvm.tirx import compilation_pipeline
 
 from .cleanup import FoldTextureCopies
-from .cost import plan_cost
+from .cost import plan_cost, texture_reads
 from .legalize import PACKED_CONV, LegalizeOnce
 from .memory import MemoryCapture, device_memory
 from .naming import ConvertKeepingNames
@@ -49,7 +49,8 @@ from .pass_timing import PassProfile
 from .report import Report
 from .report_page import report_html
 from .schedule import schedule_passes
-from .specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
+from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
+                         SplitPrimFuncsBySignature)
 from .targets import texture_target
 
 TIR_PIPELINE = "texscope_adreno"
@@ -106,14 +107,16 @@ def fuse_passes() -> list:
 
 
 def optimize_passes(target: tvm.target.Target) -> list:
-    """After annotation: legalize, fuse, fold copies, specialize (one PrimFunc
-    per storage signature first), schedule."""
+    """After annotation: legalize, fuse, fold copies, specialize texture
+    parameters (one PrimFunc per storage signature first), schedule."""
     return [
         *fuse_passes(),
         FoldTextureCopies(),
         relax.transform.DeadCodeElimination(),
         SplitPrimFuncsBySignature,
-        relax.transform.SpecializePrimFuncBasedOnCallSite(),
+        # TVM's SpecializePrimFuncBasedOnCallSite, for texture parameters only
+        # (it rejects symbolic sizes; identical output on static modules).
+        SpecializeTextureParams,
         relax.transform.Normalize(),
         *schedule_passes(),
     ]
@@ -297,6 +300,8 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
         packed = timed("convert_layout", ConvertKeepingNames(device_target), mod)
         annotated, plans = timed("annotate", annotate_module, packed,
                                  texture_target(device_target, texture.profile))
+        conv_reads = texture_reads(annotated)
+        figures["convs"], figures["convs_reading_texture"] = conv_reads.calls, conv_reads.from_texture
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)

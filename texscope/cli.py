@@ -17,6 +17,7 @@ from .model_file import PRINTED_HEADER, load_model
 from .outdir import check_output_dir, record_written, written_before
 from .targets import texture_target
 
+MODEL_HELP = "a .py file defining a TVMScript IRModule, an .onnx or a .tflite file"
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target JSON"
 # Not --profile: that one times the build's stages.
 COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrate` wrote on the "
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="texscope", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("build", help="build a model for a mobile GPU")
-    p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--host", help="host target (default llvm); set TEXSCOPE_NDK_CC to cross-compile")
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
                    help="write into a non-empty directory texscope did not write")
     p.set_defaults(run=cmd_demo)
     p = commands.add_parser("explain", help="why every tensor went where it went")
-    p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--tensor", help="only this tensor and its neighbours (in the table and "
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
     p.set_defaults(run=cmd_explain)
     p = commands.add_parser("run", help="build, run once on the default OpenCL device, "
                                         "compare with the CPU and time each kernel")
-    p.add_argument("model", help="a .py file defining a TVMScript IRModule, or an .onnx file")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")

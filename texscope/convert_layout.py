@@ -1,7 +1,10 @@
 """Stage 1: packed 5-D layouts, then legalization that keeps operator attributes.
 
-Convs whose channel counts are not multiples of 4 get zero channels first
-(:mod:`texscope.pad_channels`); ConvertLayout then packs activations as NCHW4c
+Operators TVM cannot build for a GPU are rewritten into ones it can
+(:mod:`texscope.decompose`: ``ewise_fma``, ``conv2d_transpose`` as a conv);
+convs whose channel counts are not multiples of 4 get zero channels
+(:mod:`texscope.pad_channels`), and the operands of broadcasting binary
+operators equal ranks (:mod:`texscope.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
 and conv2d weights as OIHW4o (the layouts come from the registry); pools
 follow their input.  Operators the
 registry keeps stay Relax calls.  Operators whose decisions need their
@@ -18,6 +21,8 @@ import tvm_ffi
 from tvm import relax
 
 from . import registry
+from .broadcast_rank import ExpandBroadcastRank
+from .decompose import DecomposeForGPU
 from .errors import TexscopeError
 from .fold_constants import fold_constants
 from .graph import relax_bindings, require_shapes
@@ -153,7 +158,9 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
         passes = tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),
+                DecomposeForGPU(),
                 PadChannels(),
+                ExpandBroadcastRank(),
                 relax.transform.ConvertLayout({}, registry.desired_layouts),
                 relax.transform.Normalize(),
                 FoldConstantsIfAny,

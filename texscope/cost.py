@@ -139,3 +139,31 @@ def plan_cost(mod: tvm.IRModule, target=None, profile=None) -> PlanCost:
             total -= units(written)
     return PlanCost(copies, copy_bytes, int(saving), total,
                     prices.seconds(total * UNIT_BYTES))
+
+
+@attrs.frozen
+class TextureReads:
+    """How many calls of some operators an annotated module makes, and how
+    many of them read their first operand (the data) from a texture."""
+
+    calls: int
+    from_texture: int
+
+
+def texture_reads(mod: tvm.IRModule, ops=("relax.nn.conv2d", "relax.nn.conv2d_transpose")
+                  ) -> TextureReads:
+    """Count the calls of ``ops`` in ``mod``'s Relax functions whose data
+    argument is in a texture scope (a texture is packed: 5-D, 4 lanes).
+
+    Run on an annotated module, before legalization turns the calls into
+    ``call_tir``: :func:`texscope.build` reports it as ``convs`` and
+    ``convs_reading_texture``.
+    """
+    calls = reading = 0
+    for _, binding in relax_bindings(mod):
+        call = binding.value
+        if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name in ops:
+            calls += 1
+            vdevice = getattr(call.args[0].ty, "vdevice", None)
+            reading += vdevice is not None and is_texture_scope(str(vdevice.memory_scope))
+    return TextureReads(calls, reading)

@@ -91,8 +91,12 @@ def _load_onnx(file: Path) -> tvm.IRModule:
             raise TexscopeError(f"{file}: TVM's ONNX importer failed: {last}") from None
 
 
+FORMATS = "a .py file defining a TVMScript IRModule, an .onnx file or a .tflite file"
+
+
 def load_model(path: str, module_name: str | None = None) -> tvm.IRModule:
-    """An IRModule from a Python file defining TVMScript modules, or an ONNX file.
+    """An IRModule from a Python file defining TVMScript modules, an ONNX file
+    or a TFLite file (``.tflite``, through TVM's TFLite frontend).
 
     Raises
     ------
@@ -104,13 +108,16 @@ def load_model(path: str, module_name: str | None = None) -> tvm.IRModule:
     if not file.exists():
         raise TexscopeError(f"no such model file: {path}")
     if not file.is_file():
-        raise TexscopeError(f"{path} is not a file; give a .py file defining a TVMScript "
-                            "IRModule, or an .onnx file")
+        raise TexscopeError(f"{path} is not a file; give {FORMATS}")
     if file.suffix == ".onnx":
         return _load_onnx(file)
+    if file.suffix == ".tflite":
+        from .tflite_model import load_tflite
+
+        return load_tflite(file)
     if file.suffix != ".py":
         raise TexscopeError(f"{path}: unknown model format {file.suffix or '(no suffix)'!r}; "
-                            "give a .py file defining a TVMScript IRModule, or an .onnx file")
+                            f"give {FORMATS}")
     modules = {k: v for k, v in _run_python(file).items() if isinstance(v, tvm.IRModule)}
     if module_name is not None:
         if module_name not in modules:

@@ -42,6 +42,14 @@ def _repsets(value: Sequence[frozenset]) -> tuple[frozenset, ...]:
 
 OP_RECORD_ATTR = "texscope_op"
 
+# Element-wise operators of two operands that broadcast as numpy does: stage 1
+# gives their operands equal ranks so a 1-D bias does not keep a 4-D
+# activation out of the packed layout (texscope.broadcast_rank).
+BROADCAST_BINARY_OPS = (
+    "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum",
+    "relax.minimum", "relax.power",
+)
+
 
 def recorded_op(call: relax.Call, mod: tvm.IRModule) -> tuple[str | None, Mapping]:
     """The operator behind a call and its attribute values.
@@ -333,6 +341,26 @@ _PACKED_CONV = dict(
 )
 _PACKED_LAYOUTS = {"data_layout": "NCHW4c", "kernel_layout": "OIHW4o"}
 
+# Operators published mobile models (MediaPipe's TFLite files) use, by what
+# their legalized kernels are.  Each gets its own entry, so ``texscope ops``
+# says what it reads and writes and stage 1 records it on its PrimFunc.
+ELEMENTWISE_OPS = (
+    ("relax.add", "element-wise"), ("relax.subtract", "element-wise"),
+    ("relax.multiply", "element-wise"), ("relax.divide", "element-wise"),
+    ("relax.maximum", "element-wise"), ("relax.minimum", "element-wise"),
+    ("relax.nn.relu", "element-wise"), ("relax.clip", "element-wise (ReLU6)"),
+    ("relax.sigmoid", "element-wise"), ("relax.nn.prelu", "element-wise with per-channel slopes"),
+    ("relax.astype", "element-wise (float16 weights to float32)"),
+    ("relax.nn.pad", "injective"), ("relax.strided_slice", "injective"),
+    ("relax.concat", "injective"), ("relax.reshape", "injective"),
+    ("relax.permute_dims", "injective"), ("relax.broadcast_to", "injective"),
+    ("relax.image.resize2d", "injective (a gather of up to four neighbours)"),
+)
+REDUCING_OPS = (
+    ("relax.mean", "a reduction"), ("relax.sum", "a reduction"),
+    ("relax.matmul", "a matrix product"),
+)
+
 BUILTIN: tuple[OpSupport, ...] = (
     OpSupport(
         name="grouped_conv2d_nchw4c",
@@ -357,7 +385,41 @@ BUILTIN: tuple[OpSupport, ...] = (
         # ConvertLayout would push a packed input layout into it and fail.
         layout_attrs=("data_layout", "kernel_layout", "out_layout"),
         sync=NO_SYNC,
-        note="no packed kernel: stays NCHW and reads buffers",
+        note="one stage 1 cannot rewrite as a conv of its zero-inserted data (grouped, "
+        "symbolic): no packed kernel, reads buffers",
+    ),
+    OpSupport(
+        name="conv2d_unpacked",
+        key=OpKey("relax.nn.conv2d"),
+        inputs=(BUFFER,),
+        outputs=(BUFFER,),
+        sync=NO_SYNC,
+        keep_unlegalized=True,
+        note="a conv left in a plain layout (stage 1 pads and packs every conv of "
+        "static shape): TVM's generic kernel reads buffers",
+    ),
+    *(
+        OpSupport(
+            name=op.rsplit(".", 1)[1],
+            key=OpKey(op),
+            inputs=(ANY,),
+            outputs=(ANY,),
+            texture_gain=0.125,
+            sync=NO_SYNC,
+            note=f"{kind}: indexes each texel directly, as every injective kernel",
+        )
+        for op, kind in ELEMENTWISE_OPS
+    ),
+    *(
+        OpSupport(
+            name=op.rsplit(".", 1)[1],
+            key=OpKey(op),
+            inputs=(BUFFER,),
+            outputs=(BUFFER,),
+            sync=NO_SYNC,
+            note=f"{kind}: TVM's generic GPU reduction schedules read and write buffers",
+        )
+        for op, kind in REDUCING_OPS
     ),
     OpSupport(
         name="layout_transform",

@@ -35,10 +35,26 @@ def _on_texture_target(rule: dlight.ScheduleRule, target: tvm.target.Target) -> 
     return dlight.ScheduleRule.is_target_available(rule, target) and "texture" in target.keys
 
 
+def _static_params(func) -> bool:
+    return all(isinstance(d, tvm.tirx.IntImm)
+               for param in func.params if isinstance(param.ty, tvm.tirx.BufferType)
+               for d in param.ty.shape)
+
+
+def _apply_if_static(self, func, target, tunable):
+    # TVM's Adreno rules take extents for integers (int() of a symbolic size
+    # raises); a kernel of symbolic shape holds no texture and is left to the
+    # generic GPU rules.
+    if isinstance(func, tvm.tirx.PrimFunc) and not _static_params(func):
+        return None
+    return super(type(self), self).apply(func, target, tunable)
+
+
 def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
-    other texture targets."""
-    return type(rule_class.__name__, (rule_class,), {"is_target_available": _on_texture_target})()
+    other texture targets, and only kernels of static shape."""
+    return type(rule_class.__name__, (rule_class,), {
+        "is_target_available": _on_texture_target, "apply": _apply_if_static})()
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:
@@ -150,6 +166,37 @@ class TexelWriter(dlight.ScheduleRule):
         sch.vectorize(lane)
 
 
+class EpilogueConv2d(dlight.ScheduleRule):
+    """TVM's Adreno Conv2d rule, after inlining every element-wise block
+    that writes no output into its readers, in order.
+
+    A PReLU written element-wise (``max(x, 0) + min(x, 0) * alpha``) reads
+    the conv's result twice; TVM's rule inlines only blocks with one consumer,
+    leaves the rest unscheduled and the kernel's texture store off GPU
+    threads.  Inlined, the epilogue is one block, recomputing an add per
+    reader (cheaper than another kernel).
+    """
+
+    is_target_available = _on_texture_target
+
+    def __init__(self):
+        self.conv2d = _on_every_texture_target(dlight.adreno.Conv2d)
+
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        for block in sch.get_child_blocks(sch.get_sblock("root")):
+            if (_is_spatial(sch, block)
+                    and not _writes_any(sch, block, func.params)
+                    and not dlight.analysis.get_sblock_info(sch, block).is_data_pad(sch)):
+                try:
+                    sch.compute_inline(block)
+                except s_tir.ScheduleError:
+                    pass
+        return self.conv2d.apply(sch, target, tunable)
+
+
 def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
     """Whether some store into a texture lies outside every thread-bound loop."""
     depth, found = [0], []
@@ -205,7 +252,7 @@ def schedule_passes() -> list:
     then a check that every texture kernel runs on GPU threads."""
     return [
         dlight.ApplyDefaultSchedule(
-            _on_every_texture_target(dlight.adreno.Conv2d),
+            EpilogueConv2d(),
             _on_every_texture_target(dlight.adreno.LayoutTransform),
             TexelWriter(),
             _on_every_texture_target(dlight.adreno.Fallback),

@@ -127,3 +127,50 @@ def SplitPrimFuncsBySignature(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylin
 def KeepStorageChangesAsKernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
     """:func:`keep_storage_changes_as_kernels` as a pass."""
     return keep_storage_changes_as_kernels(mod)
+
+
+def _with_scope(param, scope: str):
+    """A buffer like the parameter's (its type is a BufferType) in ``scope``."""
+    ty = param.ty
+    return tvm.tirx.decl_buffer(ty.shape, ty.dtype, param.name, strides=ty.strides,
+                                elem_offset=ty.elem_offset, scope=scope,
+                                data_alignment=ty.data_alignment,
+                                offset_factor=ty.offset_factor)
+
+
+def specialize_texture_params(mod: tvm.IRModule) -> tvm.IRModule:
+    """Give each PrimFunc's parameters the texture scopes its call sites pass.
+
+    TVM's ``SpecializePrimFuncBasedOnCallSite`` rebuilds every parameter's
+    buffer from the call site's shape, and ``tirx.Specialize`` then rejects a
+    symbolic size that is an expression (a conv's output height ``h + 2 - 3 +
+    1``): a model with symbolic spatial sizes could not be built.  Only
+    texture parameters need specializing, and a texture's shape is static, so
+    each buffer keeps its own shape and gets the scope.  After
+    :func:`split_prim_funcs_by_signature` every PrimFunc has one signature.
+    """
+    specialized: dict[relax.GlobalVar, tvm.tirx.PrimFunc] = {}
+    for _, binding in relax_bindings(mod):
+        value = binding.value
+        if not _is_call_tir(value) or value.args[0] in specialized:
+            continue
+        gvar = value.args[0]
+        func = mod[gvar]
+        param_map = {}
+        for param, scope in zip(func.params, _signature(value)):
+            if scope not in ("", "global") and isinstance(param.ty, tvm.tirx.BufferType):
+                param_map[param] = _with_scope(param, scope)
+        # As TVM's pass marks every PrimFunc it has specialized.
+        specialized[gvar] = (func.specialize(param_map) if param_map else func).with_attr(
+            "scoped", 1)
+    if not specialized:
+        return mod
+    functions = dict(mod.functions)
+    functions.update(specialized)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.SpecializeTextureParams")
+def SpecializeTextureParams(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
+    """:func:`specialize_texture_params` as a pass."""
+    return specialize_texture_params(mod)

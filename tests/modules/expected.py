@@ -88,7 +88,7 @@ class ConflictExpected:
     I.module_global_infos({"vdevice": [I.vdevice(ADRENO, 0, "global"), I.vdevice(ADRENO, 0, "global.texture-weight")]})
     @T.prim_func(private=True, s_tir=True)
     def mean(c: T.Buffer((T.int64(1), T.int64(2), T.int64(16), T.int64(16), T.int64(4)), "float32"), T_divide: T.Buffer((T.int64(1), T.int64(2), T.int64(4)), "float32")):
-        T.func_attr({"op_pattern": 4, "tirx.noalias": True})
+        T.func_attr({"op_pattern": 4, "texscope_op": {"op": "relax.mean"}, "tirx.noalias": True})
         # with T.sblock("root"):
         c_red = T.sblock_alloc_buffer((T.int64(1), T.int64(2), T.int64(4)))
         for ax0, ax1, ax2, k2, k3 in T.grid(T.int64(1), T.int64(2), T.int64(4), T.int64(16), T.int64(16)):
@@ -108,7 +108,7 @@ class ConflictExpected:
 
     @T.prim_func(private=True, s_tir=True)
     def sum(c: T.Buffer((T.int64(1), T.int64(2), T.int64(16), T.int64(16), T.int64(4)), "float32"), c_red: T.Buffer((T.int64(1), T.int64(2), T.int64(4)), "float32")):
-        T.func_attr({"op_pattern": 3, "tirx.noalias": True})
+        T.func_attr({"op_pattern": 3, "texscope_op": {"op": "relax.sum"}, "tirx.noalias": True})
         # with T.sblock("root"):
         for ax0, ax1, ax2, k2, k3 in T.grid(T.int64(1), T.int64(2), T.int64(4), T.int64(16), T.int64(16)):
             with T.sblock("c_red"):

@@ -1,0 +1,119 @@
+"""Published mobile models: MediaPipe 0.10.14's .tflite files, TVM's own
+Adreno build beside texscope's.
+
+Per model that TVM's TFLite frontend imports (the corpus comes from
+``texscope.corpus``; the others are listed with texscope's error):
+
+- ``tvm``: TVM's own flow, ``tvm.compile`` with
+  ``relax.backend.adreno.get_default_pipeline`` and the same TIR pipeline fix
+  texscope uses: its kernels, images and copies, or the first line of its crash.
+- ``texscope``: texscope's build for the target (limited to the OpenCL
+  device's images), run once on that device and compared with the CPU:
+  kernels, launches, images, copies run, conv data inputs read from texture,
+  max abs error over the output's largest magnitude (MISMATCH from 2e-4, as
+  the tests), and build time by stage (one build each: these take seconds,
+  the stage split is what to read).
+
+Run: ``python bench/real_models.py [--target mali-opencl] [model ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import tvm
+from tvm import relax
+
+import texscope
+from texscope import opencl, verify
+from texscope.build import TIR_PIPELINE, _device_source, kernel_signatures
+from texscope.corpus import mediapipe_models
+from texscope.errors import TexscopeError
+from texscope.tflite_model import load_tflite
+
+STAGES = ("convert_layout", "annotate", "optimize", "codegen")
+
+
+def tvm_own(mod, target) -> str:
+    """TVM's own Adreno build: kernels / images / copies, or its crash."""
+    captured = {}
+
+    @tvm.transform.module_pass(opt_level=0)
+    def capture(m, _ctx):
+        captured["mod"] = m
+        return m
+
+    @tvm.transform.module_pass(opt_level=0)
+    def pipeline(m, _ctx):
+        with target:
+            passes = (relax.backend.adreno.library_dispatch_passes(target)
+                      + relax.backend.adreno.legalize_passes(target) + [capture]
+                      + relax.backend.adreno.dataflow_lower_passes(target)
+                      + relax.backend.adreno.finalize_passes(target))
+            return tvm.transform.Sequential(passes)(m)
+
+    try:
+        executable = tvm.compile(mod, target=target, relax_pipeline=pipeline,
+                                 tir_pipeline=TIR_PIPELINE)
+    except Exception as err:  # TVM raises anything; the first line says what
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        return f"crash: {type(err).__name__}: {(lines or [''])[-1].strip()[:70]}"
+    kernels = kernel_signatures(_device_source(executable))
+    images = sum("image2d" in params for params in kernels.values())
+    copies = texscope.plan_cost(captured["mod"], target).copies
+    return f"{len(kernels)} kernels, {images} with images, {copies} copies"
+
+
+def texscope_row(mod, target) -> dict:
+    result = texscope.build(mod, target)
+    figures = result.report.build
+    inputs = verify.random_inputs(mod)
+    run = opencl.run(result, inputs)
+    expected = verify.reference_outputs(mod, inputs)
+    # Error relative to each output's largest magnitude (outputs reach 1315).
+    error = max(float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30)
+                for a, b in zip(run.outputs, expected))
+    return {
+        "kernels": figures["kernels"],
+        "launches": len(run.times) - run.copies,
+        "images": run.images,
+        "copies": run.copies,
+        "conv_tex": f"{figures['convs_reading_texture']}/{figures['convs']}",
+        "error": f"{error:.1e}{'' if error < 2e-4 else ' MISMATCH'}",
+        **{stage: figures.get(f"{stage}_s", 0.0) for stage in STAGES},
+    }
+
+
+def run(names, base: str) -> None:
+    device = opencl.default_device()
+    target = tvm.target.Target(opencl.device_target(device, base), host="llvm")
+    print(f"target {base}, limited to {device.name.strip()}'s images; "
+          "times in seconds, one build each\n")
+    print("| model | TVM's own Adreno build | kernels | launches | images | copies | "
+          "conv data from texture | max error / output scale | " + " | ".join(STAGES) + " |")
+    print("|---" * (8 + len(STAGES)) + "|")
+    models = mediapipe_models()
+    for name in names or sorted(models):
+        try:
+            mod = load_tflite(models[name])
+        except TexscopeError as err:
+            reason = str(err).split(": ", 1)[1]
+            print(f"| {name} | not imported: {reason[:110]} |" + " |" * (7 + len(STAGES)))
+            continue
+        row = texscope_row(mod, target)
+        # A fresh import: after TVM's pipeline crashed on a module, texscope's
+        # stage 1 fails on that same module object (TVM's passes changed it).
+        upstream = tvm_own(load_tflite(models[name]), target)
+        print(f"| {name} | {upstream} | {row['kernels']} | {row['launches']} | {row['images']} | "
+              f"{row['copies']} | {row['conv_tex']} | {row['error']} | "
+              + " | ".join(f"{row[s]:.1f}" for s in STAGES) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", help="model names (default: all 14)")
+    parser.add_argument("--target", default="adreno-opencl")
+    args = parser.parse_args()
+    run(args.models, args.target)

@@ -1,0 +1,155 @@
+"""TFLite input: MediaPipe's published models import, or fail naming the operator;
+convs of any layout, channel count and groups pack."""
+
+import subprocess
+import sys
+
+import pytest
+import tvm
+from tvm import relax
+
+import texscope
+from texscope import opencl, verify
+from texscope.cli import load_model
+from texscope.errors import TexscopeError
+from texscope.broadcast_rank import ExpandBroadcastRank
+from texscope.opencl.source import kernel_signatures
+from texscope.tflite_model import _rewrite_flattened_prelu, load_tflite
+
+from conftest import run_pass
+from modules import odd_convs
+
+IMPORTABLE = [
+    "face_detection_short_range", "face_landmark", "hand_landmark_full", "hand_landmark_lite",
+    "hand_recrop", "iris_landmark", "palm_detection_full", "palm_detection_lite",
+    "pose_landmark_full",
+]
+# What TVM 0.27's frontend cannot convert, as texscope names it.
+UNIMPORTABLE = {
+    "selfie_segmentation": "does not convert custom operators: Convolution2DTransposeBias \\(x1\\)$",
+    "selfie_segmentation_landscape":
+        "does not convert custom operators: Convolution2DTransposeBias \\(x1\\)$",
+    "face_landmark_with_attention": "does not convert custom operators: Landmarks2TransformMatrix "
+        "\\(x3\\), TransformLandmarks \\(x5\\), TransformTensorBilinear \\(x3\\)$",
+    "pose_detection": "failed on operator DEQUANTIZE \\(output model_1/model/conv2d_1/"
+        "Conv2D_dequantize2\\): TypeError: .* \\(the model has 38 sparse tensors",
+    "face_detection_full_range_sparse": "failed on operator DEQUANTIZE .* 46 sparse tensors",
+}
+
+
+def test_importable_and_unimportable_cover_the_corpus(mediapipe):
+    assert sorted([*IMPORTABLE, *UNIMPORTABLE]) == sorted(mediapipe)
+
+
+@pytest.mark.parametrize("name", IMPORTABLE)
+def test_a_mediapipe_model_imports_with_its_nhwc_input(mediapipe, name):
+    mod = load_model(str(mediapipe[name]))
+    (image,) = mod["main"].params
+    batch, height, width, channels = (int(d) for d in image.ty.shape.values)
+    assert (batch, channels) == (1, 3) and height == width
+
+
+@pytest.mark.parametrize("name", sorted(UNIMPORTABLE))
+def test_a_model_the_frontend_cannot_read_is_an_error_naming_the_operator(mediapipe, name):
+    with pytest.raises(TexscopeError, match=f"^{mediapipe[name]}: TVM's TFLite frontend "
+                       + UNIMPORTABLE[name]):
+        load_tflite(mediapipe[name])
+
+
+def test_the_command_prints_one_line_and_writes_nothing(mediapipe, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "texscope", "build", str(mediapipe["selfie_segmentation"]),
+         "-o", str(out)], capture_output=True, text=True, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("texscope: error: ") and "Convolution2DTransposeBias" in line
+    assert not out.exists()
+
+
+def test_a_file_that_is_not_tflite_is_an_error(tmp_path):
+    bad = tmp_path / "model.tflite"
+    bad.write_bytes(b"\x00" * 64)
+    with pytest.raises(TexscopeError, match="model.tflite: not a TFLite flatbuffer"):
+        load_model(str(bad))
+
+
+def _conv_layouts(mod):
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) \
+                and expr.op.name == "relax.nn.conv2d":
+            found.append((str(expr.attrs.data_layout), str(expr.attrs.kernel_layout),
+                          int(expr.attrs.groups)))
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return found
+
+
+@pytest.mark.parametrize("name, packed", [
+    ("NhwcStem", [("NCHW4c", "OIHW4o", 1)]),
+    # 42 depthwise channels get two zero groups.
+    ("OddChannels", [("NCHW4c", "OIHW4o", 1), ("NCHW4c", "OIHW4o", 44)]),
+    # 3 groups of 6 -> 3 channels: one zero group makes 24 -> 12.
+    ("Grouped", [("NCHW4c", "OIHW4o", 4)]),
+    ("DepthwiseMultiplier", [("NCHW4c", "OIHW4o", 8)]),
+])
+def test_every_conv_packs_whatever_its_layout_channels_and_groups(name, packed):
+    mod = getattr(odd_convs, name)
+    target = texscope.texture_target("adreno-opencl").target
+    with target:
+        out = texscope.ConvertToPackedLayout(target)(mod)
+    assert _conv_layouts(out) == packed
+    check = verify.equivalent(mod, out, rtol=1e-5, atol=1e-5)
+    assert check.ok, check
+
+
+@pytest.mark.parametrize("name", ["NhwcStem", "OddChannels", "Grouped", "DepthwiseMultiplier"])
+@pytest.mark.parametrize("target", ["adreno-opencl", "mali-opencl"])
+def test_odd_convs_read_textures_and_compute_the_cpu_numbers_on_opencl(name, target):
+    mod = getattr(odd_convs, name)
+    result = texscope.build(mod, opencl.device_target(None, target))
+    figures = result.report.build
+    assert figures["convs_reading_texture"] == figures["convs"] == len(_conv_layouts(mod))
+    inputs = verify.random_inputs(mod)
+    run = opencl.run(result, inputs)
+    assert run.copies == 0
+    check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs), rtol=1e-4, atol=1e-4)
+    assert check.ok, check
+
+
+def test_the_frontends_flattened_prelu_becomes_element_wise_in_its_own_shape():
+    out = run_pass(_rewrite_flattened_prelu(), odd_convs.BiasPrelu)
+    tvm.ir.assert_structural_equal(out, odd_convs.BiasPreluRewritten, map_free_vars=True)
+    # Exactly the same function: one of max(x, 0) and min(x, 0) is zero.
+    check = verify.equivalent(odd_convs.BiasPrelu, out, rtol=0, atol=0)
+    assert check.ok, check
+
+
+def test_a_lower_rank_operand_is_reshaped_to_the_full_rank():
+    out = run_pass(ExpandBroadcastRank(), odd_convs.BiasPreluRewritten)
+    tvm.ir.assert_structural_equal(out, odd_convs.BiasPreluRanked, map_free_vars=True)
+    # Nothing left to expand: the module comes back unchanged.
+    tvm.ir.assert_structural_equal(run_pass(ExpandBroadcastRank(), out), out)
+
+
+def test_a_bias_and_prelu_stay_packed_and_fuse_into_the_conv_on_opencl():
+    # Before ExpandBroadcastRank the 1-D bias unpacked the conv's output and
+    # the next step packed it again.  TVM's Adreno conv schedule leaves the
+    # blocks reading the conv's result twice (max and min) off GPU threads:
+    # the build crashed in LLVM codegen on a texture load (face_landmark, in
+    # a TexscopeError on its texture store); texscope's EpilogueConv2d inlines
+    # them.
+    mod = odd_convs.BiasPreluRewritten
+    result = texscope.build(mod, opencl.device_target(None, "adreno-opencl"))
+    assert result.report.build["convs_reading_texture"] == 1
+    # One fused function (its data pad and its conv kernel), besides the packing.
+    (fused,) = {k.rsplit("_kernel", 1)[0] for k in kernel_signatures(result.opencl_source)
+                if "layout_transform" not in k}
+    assert fused == "fused_conv2d_NCHWc_OIHWo_opencl_add_maximum_minimum_multiply_add1"
+    inputs = verify.random_inputs(mod)
+    run = opencl.run(result, inputs)
+    check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs), rtol=1e-4, atol=1e-4)
+    assert check.ok and run.copies == 0, check
