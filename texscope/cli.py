@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -228,6 +229,11 @@ def main(argv=None) -> int:
     except TexscopeError as err:
         print(f"texscope: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader (head, less) stopped early; Python would print a traceback
+        # flushing stdout at exit, so point stdout at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
