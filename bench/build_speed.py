@@ -10,9 +10,10 @@ both builds (``texscope.memory``: as the VM allocates after TVM's memory
 planning; for texscope also what its plan needs, every storage as large as
 its largest tensor, as TVM 0.27 sizes storages for textures at 4x).
 
-Models: texscope's zoo, and the MediaPipe 0.10.14 .tflite models in
-``~/.cache/texscope/mediapipe-0.10.14/`` (those TVM's TFLite importer reads;
-the others are listed as skipped with the importer's reason).
+Models: texscope's zoo, and the MediaPipe 0.10.14 .tflite models of
+``texscope.corpus`` (fetched on first use), imported once by texscope's
+loader and given to both tools (those TVM's TFLite importer reads; the others
+are listed as skipped with the importer's reason).
 
 Run: ``python bench/build_speed.py [--repeat N] [--profile] [model ...]``
 (``--profile`` prints texscope's time per pass for each model).
@@ -24,12 +25,12 @@ import argparse
 import gc
 import statistics
 import time
-from pathlib import Path
 
 import tvm
 
 import texscope
-from texscope import zoo
+from texscope import corpus, zoo
+from texscope.tflite_model import load_tflite
 try:
     from texscope.memory import MemoryCapture, device_memory
     from texscope.pass_timing import render
@@ -38,22 +39,14 @@ except ImportError:  # texscope before these existed (a "before" run): times onl
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
-CORPUS = Path.home() / ".cache" / "texscope" / "mediapipe-0.10.14"
 ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
-
-
-def load_tflite(path: Path) -> tvm.IRModule:
-    import tflite  # the importer's own dependency
-    from tvm.relax.frontend.tflite import from_tflite
-
-    return from_tflite(tflite.Model.GetRootAsModel(path.read_bytes(), 0))
 
 
 def models(names: list[str]) -> dict[str, object]:
     """name -> a loader, for the zoo and every .tflite of the corpus."""
     found = {f"zoo/{name}": zoo.NETWORKS[name] for name in ZOO}
-    for path in sorted(CORPUS.glob("*.tflite")):
-        found[path.stem] = lambda path=path: load_tflite(path)
+    for name, path in sorted(corpus.mediapipe_models().items()):
+        found[name] = lambda path=path: load_tflite(path)
     if names:
         found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
     return found
