@@ -6,6 +6,7 @@ import sys
 import textwrap
 import types
 
+import attrs
 import numpy as np
 import pytest
 from tvm import relax
@@ -14,7 +15,7 @@ import texscope
 from texscope import opencl, verify
 from texscope.opencl.plan import CopyStep, KernelStep, TensorArg, read_plan
 from texscope.opencl.replay import replay
-from texscope.opencl.source import missing_extensions
+from texscope.opencl.source import missing_extensions, pyopencl
 
 from modules import rules
 
@@ -196,3 +197,25 @@ def test_run_replays_the_plan_it_makes(conflict, monkeypatch):
     assert opencl.run(conflict.result, conflict.inputs) == "ran"
     assert seen == [conflict.plan]
 
+
+
+def test_replay_does_not_ask_the_driver_for_kernel_names(conflict, monkeypatch):
+    """NVIDIA's OpenCL (driver 580) corrupted the heap answering
+    CL_PROGRAM_KERNEL_NAMES for pose_landmark_full: the kernels are known
+    from the source."""
+    cl = pyopencl()
+
+    def refuse(_program):
+        raise AssertionError("CL_PROGRAM_KERNEL_NAMES queried")
+
+    monkeypatch.setattr(cl.Program, "kernel_names", property(refuse), raising=False)
+    run = replay(conflict.plan, conflict.inputs)
+    assert verify.compare(run.outputs, verify.reference_outputs(conflict.mod, conflict.inputs),
+                          1e-3, 1e-3).ok
+
+
+def test_a_kernel_missing_from_the_source_is_named(conflict):
+    step = next(s for s in conflict.plan.steps if isinstance(s, KernelStep))
+    broken = attrs.evolve(conflict.plan, steps=(attrs.evolve(step, kernel="no_such_kernel"),))
+    with pytest.raises(texscope.TexscopeError, match="kernel no_such_kernel is not in the OpenCL"):
+        replay(broken, conflict.inputs)

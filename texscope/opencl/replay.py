@@ -67,7 +67,10 @@ class _Launcher:
 
     def kernel(self, step: KernelStep):
         if step.kernel not in self.kernels:
-            if step.kernel not in self.program.kernel_names.split(";"):
+            # Known from the source, not from CL_PROGRAM_KERNEL_NAMES: NVIDIA's
+            # driver (580) corrupts the heap answering that for a program of
+            # many long kernel names (pose_landmark_full).
+            if step.kernel not in self.declared:
                 raise TexscopeError(f"kernel {step.kernel} is not in the OpenCL source",
                                     "main", step.binding)
             self.kernels[step.kernel] = self.cl.Kernel(self.program, step.kernel)
