@@ -58,3 +58,24 @@ def test_a_term_that_is_not_submodular_is_refused():
     x, y = energy.variable(), energy.variable()
     with pytest.raises(ValueError, match="not submodular"):
         energy.pairwise(x, y, 5, 0, 0, 5)
+
+
+@pytest.mark.parametrize("forbidden", [(0, 1), (1, 0)])
+def test_forbid_rules_out_exactly_one_pair(forbidden):
+    energy = BinaryEnergy()
+    x, y = energy.variable(), energy.variable()
+    # Unaries that make the forbidden pair the free optimum (cost 0), every
+    # other pair cost 5 at least.
+    for var, value in zip((x, y), forbidden):
+        energy.unary(var, *((0, 5) if value == 0 else (5, 0)))
+    energy.forbid(x, y, *forbidden)
+    labels, minimum = energy.minimise()
+    assert (labels[x], labels[y]) != forbidden and minimum == 5
+
+
+@pytest.mark.parametrize("pair", [(0, 0), (1, 1)])
+def test_forbidding_an_equal_pair_is_not_submodular(pair):
+    energy = BinaryEnergy()
+    x, y = energy.variable(), energy.variable()
+    with pytest.raises(ValueError, match="not submodular"):
+        energy.forbid(x, y, *pair)
