@@ -79,14 +79,11 @@ class BinaryEnergy:
             shape=(n + 2, n + 2),
         )
         flow = maximum_flow(capacity, source, sink, method="dinic")
+        # The flow is antisymmetric (flow[y, x] = -flow[x, y]), so this holds
+        # the reverse residual of every used edge too, and no negative entry.
         residual = capacity - flow.flow
-        residual.data = np.maximum(residual.data, 0)
-        residual.eliminate_zeros()
-        # Also allow travel back along used edges (the reverse residual).
-        reverse = flow.flow.T.tocsr()
-        reverse.data = np.maximum(reverse.data, 0)
-        reverse.eliminate_zeros()
-        reachable = breadth_first_order(residual + reverse, source, directed=True,
+        residual.eliminate_zeros()  # a saturated edge is no edge (csgraph reads stored zeros)
+        reachable = breadth_first_order(residual, source, directed=True,
                                         return_predecessors=False)
         labels = [1] * n
         for node in reachable:
