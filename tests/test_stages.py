@@ -79,6 +79,13 @@ def test_collect_producer_settles_the_conflict():
         Storage.TEXTURE, TW, ("global",), ("m", "s"),
     )
     assert c.copy_bytes == 1 * 2 * 16 * 16 * 4 * 4
+    # Only the optimal planner weighs the copy against the texture reads, and
+    # says so only where it paid for one.
+    assert c.reason == ("texture; read directly by p; copied to buffer for m, s; "
+                        "the texture reads save more than the copy costs")
+    assert info.of("lv").reason == "texture; read directly by c"
+    local = texscope.collect_producer(consumers(stage1(rules.Conflict)), "local")
+    assert local.of("c").reason == "texture; read directly by p; copied to buffer for m, s"
     assert info.of("lv1").scope == TW and info.of("lv1").copied_to == ()
     assert info.copies == 1
     calls = {site.name: site.index for site in info.graph.calls}
