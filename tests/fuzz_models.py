@@ -42,9 +42,12 @@ class _Builder:
         self.pool = []  # live tensors
         self.read = set()
 
-    def weight(self, name, shape, constant):
+    def weight(self, name, shape, constant, fan_in=None):
+        """A parameter, or a constant uniform with variance 1 / fan-in (as
+        verify.random_inputs draws weights)."""
         if constant:
-            return relax.const(self.rng.uniform(-1, 1, shape).astype("float32"))
+            high = 1.0 if fan_in is None else (3.0 / fan_in) ** 0.5
+            return relax.const(self.rng.uniform(-high, high, shape).astype("float32"))
         var = relax.Var(name, relax.TensorType(shape, "float32"))
         self.params.append(var)
         return var
@@ -64,9 +67,9 @@ class _Builder:
         n, c, h, w = self.shape(a)
         name = f"w{i}"
         if kind == "conv":
-            out = O.nn.conv2d(a, self.weight(name, (4 * (1 + second % 2), c, 3, 3), constant), padding=1)
+            out = O.nn.conv2d(a, self.weight(name, (4 * (1 + second % 2), c, 3, 3), constant, c * 9), padding=1)
         elif kind == "depthwise":
-            out = O.nn.conv2d(a, self.weight(name, (c, 1, 3, 3), constant), padding=1, groups=c)
+            out = O.nn.conv2d(a, self.weight(name, (c, 1, 3, 3), constant, 9), padding=1, groups=c)
         elif kind == "relu":
             out = O.nn.relu(a)
         elif kind == "bias_add":  # a 1-D parameter, broadcast over channels
@@ -83,7 +86,7 @@ class _Builder:
             out = O.nn.layer_norm(a, self.weight(name + "g", (w,), constant),
                                   self.weight(name + "b", (w,), constant), axes=[-1])
         elif kind == "matmul":
-            out = O.matmul(a, self.weight(name, (w, w), constant))
+            out = O.matmul(a, self.weight(name, (w, w), constant, w))
         elif kind == "reshape":
             out = O.reshape(a, (n, c, w, h))
         elif kind == "split" and c % 2 == 0:

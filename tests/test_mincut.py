@@ -1,9 +1,9 @@
 """The min-cut solver against brute force."""
 
 import itertools
-import random
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from texscope.mincut import INFINITE, BinaryEnergy
 
@@ -15,32 +15,42 @@ def brute_force(n, unary, pairs):
     )
 
 
-def random_term(rng):
-    if rng.random() < 0.3:  # a forbidden pair or an equality, as the planner makes
-        kind = rng.choice([(0, 1), (1, 0), "equal"])
+@st.composite
+def terms(draw):
+    """A submodular pairwise table; a third are forbidden pairs or equalities,
+    as the planner makes."""
+    if draw(st.integers(0, 9)) < 3:
+        kind = draw(st.sampled_from([(0, 1), (1, 0), "equal"]))
         table = {(0, 0): 0, (0, 1): 0, (1, 0): 0, (1, 1): 0}
         for pair in ([(0, 1), (1, 0)] if kind == "equal" else [kind]):
             table[pair] = INFINITE
         return table
-    e01, e10 = rng.randint(0, 15), rng.randint(0, 15)
-    e00 = rng.randint(0, e01 + e10)
-    return {(0, 0): e00, (0, 1): e01, (1, 0): e10, (1, 1): rng.randint(0, e01 + e10 - e00)}
+    e01, e10 = draw(st.integers(0, 15)), draw(st.integers(0, 15))
+    e00 = draw(st.integers(0, e01 + e10))
+    return {(0, 0): e00, (0, 1): e01, (1, 0): e10, (1, 1): draw(st.integers(0, e01 + e10 - e00))}
 
 
-@pytest.mark.parametrize("seed", range(400))
-def test_min_cut_finds_the_minimum(seed):
-    rng = random.Random(seed)
-    n = rng.randint(2, 7)
-    unary = [[rng.randint(0, 20), rng.randint(0, 20)] for _ in range(n)]
+@st.composite
+def energies(draw):
+    n = draw(st.integers(2, 7))
+    unary = [[draw(st.integers(0, 20)), draw(st.integers(0, 20))] for _ in range(n)]
+    pairs = []
+    for _ in range(draw(st.integers(0, 10))):
+        a = draw(st.integers(0, n - 1))
+        b = draw(st.integers(0, n - 2))
+        pairs.append((a, b + (b >= a), draw(terms())))
+    return n, unary, pairs
+
+
+@settings(max_examples=400, deadline=None)
+@given(energies())
+def test_min_cut_finds_the_minimum(energy_terms):
+    n, unary, pairs = energy_terms
     energy = BinaryEnergy()
     for i in range(n):
         energy.variable()
         energy.unary(i, *unary[i])
-    pairs = []
-    for _ in range(rng.randint(0, 10)):
-        a, b = rng.sample(range(n), 2)
-        table = random_term(rng)
-        pairs.append((a, b, table))
+    for a, b, table in pairs:
         energy.pairwise(a, b, table[(0, 0)], table[(0, 1)], table[(1, 0)], table[(1, 1)])
     labels, minimum = energy.minimise()
     best = brute_force(n, unary, pairs)

@@ -2,13 +2,14 @@
 
 import importlib
 
+import numpy as np
 import pytest
 import tvm
 
 import texscope
 from conftest import ADRENO, TINY, run_pass
 from modules import annotated, rules
-from texscope import registry, upstream
+from texscope import registry, upstream, verify
 from texscope.verify import check_invariants, equivalent, strip_scopes
 
 MODULES = ["ConvRelu", "Residual", "Concat", "MaxPool", "Reductions", "Conflict",
@@ -95,3 +96,32 @@ def test_the_check_flag_turns_a_broken_plan_into_an_error(monkeypatch):
     with pytest.raises(texscope.TexscopeError, match="invariant") as err:
         texscope.texture_scope_pipeline(ADRENO, check=True)(rules.Conflict)
     assert err.value.binding == "m" and "mean cannot read a texture" in str(err.value)
+
+
+def test_random_inputs_are_valid_for_their_operators():
+    x, w, gamma, beta, mean, var = verify.random_inputs(rules.BatchNorm)
+    assert var.min() >= 0.5 and var.max() < 1.5  # positive: sqrt(var + eps) is real
+    assert (gamma.min(), gamma.max()) >= (0.75, 0.75) and gamma.max() < 1.25
+    assert abs(beta).max() <= 0.25 and abs(mean).max() <= 0.25
+    # Uniform in [-b, b] has variance b**2 / 3 = 1 / fan-in: 8 channels x 3 x 3.
+    assert abs(w).max() <= np.sqrt(3 / 72) and abs(x).max() <= 1
+    (reference,) = verify.reference_outputs(rules.BatchNorm, [x, w, gamma, beta, mean, var])
+    # Finite, and the relu leaves a good part of it non-zero: no channel is
+    # a NaN turned into 0 on both sides.
+    assert np.isfinite(reference).all()
+    assert (reference > 0).any(axis=(0, 2, 3)).all()
+
+
+def test_a_nan_in_the_reference_is_an_error_not_a_match():
+    nan = np.array([1.0, np.nan], "float32")
+    with pytest.raises(texscope.TexscopeError, match="reference output 0 holds NaN"):
+        verify.compare([nan], [nan])
+    with pytest.raises(texscope.TexscopeError, match="NaN or infinity"):
+        verify.compare([np.ones(2, "float32")], [np.array([1, np.inf], "float32")])
+
+
+def test_a_nan_in_the_output_is_a_mismatch():
+    found = verify.compare([np.array([1.0, np.nan], "float32")], [np.ones(2, "float32")])
+    assert (found.ok, found.max_abs_error) == (False, float("inf"))
+    close = verify.compare([np.array([1.0, 2.00001], "float32")], [np.array([1.0, 2.0], "float32")])
+    assert close.ok and 0 < close.max_abs_error < 2e-5

@@ -8,6 +8,8 @@ stripped first).
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import numpy as np
 import tvm
@@ -15,6 +17,7 @@ from tvm import relax
 
 from .legalize import PACKED_CONV
 from . import registry
+from .errors import TexscopeError
 from .graph import DPS_OPS, dps_inputs
 from .pipeline import annotated_functions
 from .rebuild import Constant, Rebuilder, replace_functions, with_vdevice
@@ -215,13 +218,69 @@ def _flatten(value):
 tvm_ffi_array = type(tvm.runtime.convert([1]))
 
 
+# What a parameter is to the operator that reads it, by (operator, operand):
+# test data must be valid for its operators, so weights are scaled by their
+# fan-in and batch-norm statistics are near the identity (variances positive).
+_ROLES = {
+    ("relax.nn.conv2d", 1): "weight",
+    ("relax.nn.conv2d_transpose", 1): "weight",
+    ("relax.matmul", 1): "weight",
+    ("relax.nn.batch_norm", 1): "scale",
+    ("relax.nn.batch_norm", 2): "shift",
+    ("relax.nn.batch_norm", 3): "shift",
+    ("relax.nn.batch_norm", 4): "variance",
+    ("relax.nn.layer_norm", 1): "scale",
+    ("relax.nn.layer_norm", 2): "shift",
+}
+
+
+def fan_in(op: str, shape: list[int]) -> int:
+    """Inputs summed into one output element by a weight of this shape."""
+    if op == "relax.matmul":
+        return shape[-2]
+    if op == "relax.nn.conv2d_transpose":  # IOHW
+        return shape[0] * math.prod(shape[2:])
+    return math.prod(shape[1:])  # OIHW: per group, input channels times window
+
+
+def parameter_roles(mod: tvm.IRModule) -> dict[relax.Var, tuple[str, str]]:
+    """Per parameter of ``main`` read directly by an operator listed in the
+    table above, its role and that operator."""
+    roles = {}
+    params = set(mod["main"].params)
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            call = binding.value
+            if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+                continue
+            for operand, arg in enumerate(call.args):
+                role = _ROLES.get((call.op.name, operand))
+                if role is not None and arg in params:
+                    roles.setdefault(arg, (role, call.op.name))
+    return roles
+
+
 def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
-    """Random arrays for main's parameters (static shapes)."""
+    """Random arrays for main's parameters (static shapes), valid for their operators.
+
+    Weights are uniform with variance 1 / fan-in; batch-norm and layer-norm
+    scales uniform in [0.75, 1.25], shifts and means in [-0.25, 0.25],
+    variances in [0.5, 1.5]; everything else uniform in [-1, 1].
+    """
     rng = np.random.default_rng(seed)
-    return [
-        rng.uniform(-1, 1, [int(d) for d in p.ty.shape.values]).astype(str(p.ty.dtype))
-        for p in mod["main"].params
-    ]
+    roles = parameter_roles(mod)
+    arrays = []
+    for param in mod["main"].params:
+        shape = [int(d) for d in param.ty.shape.values]
+        role, op = roles.get(param, ("data", ""))
+        if role == "weight":
+            high = math.sqrt(3.0 / max(fan_in(op, shape), 1))
+            low = -high
+        else:
+            low, high = {"scale": (0.75, 1.25), "shift": (-0.25, 0.25),
+                         "variance": (0.5, 1.5), "data": (-1.0, 1.0)}[role]
+        arrays.append(rng.uniform(low, high, shape).astype(str(param.ty.dtype)))
+    return arrays
 
 
 def equivalent(before: tvm.IRModule, after: tvm.IRModule, inputs=None,
@@ -250,20 +309,34 @@ def reference_outputs(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.nd
 
 
 def compare(actual, expected, rtol: float = 1e-4, atol: float = 1e-4) -> Comparison:
-    """Compare two lists of outputs as ``numpy.allclose`` does, with the largest errors."""
+    """Compare two lists of outputs as ``numpy.allclose`` does, with the largest errors.
+
+    A NaN or infinity in ``actual`` is a mismatch.
+
+    Raises
+    ------
+    TexscopeError
+        If ``expected`` holds a NaN or an infinity: the inputs are not valid
+        for the model, and a comparison would prove nothing.
+    """
     actual, expected = list(actual), list(expected)
+    for position, reference in enumerate(expected):
+        if not np.all(np.isfinite(reference)):
+            raise TexscopeError(
+                f"the reference output {position} holds NaN or infinity: the inputs are "
+                "not valid for the model (a negative variance?), so nothing can be compared")
     if len(expected) != len(actual):
         return Comparison(len(expected), float("inf"), float("inf"), False)
     if any(a.shape != e.shape for a, e in zip(actual, expected)):
         return Comparison(len(expected), float("inf"), float("inf"), False)
-    ok = all(np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-             for a, e in zip(actual, expected))
-    # Random statistics can make NaNs (sqrt of a negative variance) in both.
-    errors = [np.nan_to_num(np.abs(a - e)) for a, e in zip(actual, expected)]
+    ok = all(np.allclose(a, e, rtol=rtol, atol=atol) for a, e in zip(actual, expected))
+    with np.errstate(invalid="ignore"):
+        errors = [np.abs(a.astype("float64") - e) for a, e in zip(actual, expected)]
+    if not all(np.all(np.isfinite(err)) for err in errors):
+        return Comparison(len(expected), float("inf"), float("inf"), False)
     abs_err = max((float(err.max(initial=0.0)) for err in errors), default=0.0)
     rel_err = max(
-        (float((err / (np.abs(np.nan_to_num(e)) + atol)).max(initial=0.0))
-         for err, e in zip(errors, expected)),
+        (float((err / (np.abs(e) + atol)).max(initial=0.0)) for err, e in zip(errors, expected)),
         default=0.0,
     )
     return Comparison(len(expected), abs_err, rel_err, ok)

@@ -8,10 +8,8 @@ runs on a CPU in about a second.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax import op as O
@@ -276,38 +274,3 @@ NETWORKS: dict[str, Callable[[], tvm.IRModule]] = {
     "chain256": lambda: conv_chain(256),
     "chain1024": lambda: conv_chain(1024),
 }
-
-
-def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
-    """Random float32 arrays for ``main``'s parameters that keep outputs finite.
-
-    Parameters
-    ----------
-    mod : tvm.IRModule
-        A module whose ``main`` takes only tensors of static shape.
-    seed : int
-        Seed of the random generator.
-
-    Returns
-    -------
-    list of numpy.ndarray
-        The input uniform in [-1, 1).  1-D parameters (batch norm statistics)
-        uniform in [0.5, 1.5), so variances are positive.  Weights uniform with
-        variance 1 / fan-in, the fan-in being all axes but the first of an OIHW
-        conv weight and the first of a 2-D (features, classes) dense weight, so
-        that a 1024-conv chain neither overflows nor vanishes.
-    """
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for i, param in enumerate(mod["main"].params):
-        shape = _dims(param)
-        if i == 0:
-            low, high = -1.0, 1.0
-        elif len(shape) == 1:
-            low, high = 0.5, 1.5
-        else:
-            fan_in = shape[0] if len(shape) == 2 else math.prod(shape[1:])
-            high = math.sqrt(3.0 / fan_in)
-            low = -high
-        arrays.append(rng.uniform(low, high, shape).astype("float32"))
-    return arrays
