@@ -170,7 +170,7 @@ def test_host_workspaces_become_scratch_buffers():
 
 
 def test_run_on_opencl_compares_with_the_cpu():
-    check = verify.run_on_opencl(rules.Residual, "adreno-opencl")
+    check = texscope.run_on_opencl(rules.Residual, "adreno-opencl")
     assert check.ok and check.outputs == 1 and check.max_abs_error < 1e-3
 
 

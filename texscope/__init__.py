@@ -19,6 +19,7 @@ _EXPORTS = {
     "BuildResult": "build",
     "build": "build",
     "get_default_pipeline": "build",
+    "run_on_opencl": "build",
     "AnnotateTextureScope": "pipeline",
     "texture_scope_pipeline": "pipeline",
     "ConsumerInfo": "collect_consumer",

@@ -52,6 +52,7 @@ from .schedule import schedule_passes
 from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
                          SplitPrimFuncsBySignature)
 from .targets import texture_target
+from . import opencl, verify
 
 TIR_PIPELINE = "texscope_adreno"
 # Cross-compiling the host library for a phone: the NDK's clang, e.g.
@@ -329,3 +330,25 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
     label = target if isinstance(target, str) else str(texture.target)
     report = Report.from_plans(label, plans, figures)
     return BuildResult(executable, source, report, optimized, lowered)
+
+
+def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
+                  atol: float = 1e-3, device=None) -> verify.Comparison:
+    """Build ``mod`` with texscope, run it on an OpenCL device, compare with the CPU.
+
+    Parameters
+    ----------
+    mod : IRModule
+        The model as the user wrote it (static shapes).
+    target : Target, tag, preset name or JSON
+        An OpenCL texture target, e.g. ``"adreno-opencl"``.
+    inputs : list of numpy arrays, optional
+        Inputs to main; random ones by default.
+    rtol, atol : float
+        Tolerances, as in ``numpy.allclose`` (1e-3 suits float32 reductions).
+    device : pyopencl.Device, optional
+        The first OpenCL device found by default (PoCL in CI).
+    """
+    inputs = verify.random_inputs(mod) if inputs is None else inputs
+    result = opencl.run(build(mod, target), inputs, device)
+    return verify.compare(result.outputs, verify.reference_outputs(mod, inputs), rtol, atol)

@@ -313,3 +313,16 @@ def require_shapes(mod: tvm.IRModule) -> None:
                             gvar.name_hint,
                             name,
                         )
+
+
+def annotated_functions(mod: tvm.IRModule) -> list[relax.GlobalVar]:
+    """The Relax functions texscope annotates: all but fused primitive ones."""
+    return sorted(
+        (
+            gvar
+            for gvar, func in mod.functions.items()
+            if isinstance(func, relax.Function)
+            and not (func.attrs and int(func.attrs.get("Primitive", 0)))
+        ),
+        key=lambda g: g.name_hint,
+    )

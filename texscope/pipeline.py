@@ -10,24 +10,12 @@ from .collect_consumer import collect_consumer
 from .collect_producer import ProducerInfo, collect_producer
 from .define_vdevice import define_vdevice
 from .errors import TexscopeError
-from .graph import called_functions
+from .graph import annotated_functions, called_functions
 from .targets import TextureTarget, texture_target
+from .verify import check_invariants
 from .convert_layout import ConvertToPackedLayout, LegalizeKeepingAttrs
 
 ANNOTATED_ATTR = "texscope_target"
-
-
-def annotated_functions(mod: tvm.IRModule) -> list[relax.GlobalVar]:
-    """The Relax functions texscope annotates: all but fused primitive ones."""
-    return sorted(
-        (
-            gvar
-            for gvar, func in mod.functions.items()
-            if isinstance(func, relax.Function)
-            and not (func.attrs and int(func.attrs.get("Primitive", 0)))
-        ),
-        key=lambda g: g.name_hint,
-    )
 
 
 def plan_module(mod: tvm.IRModule, texture: TextureTarget,
@@ -78,7 +66,6 @@ def _checked(mod: tvm.IRModule, stage: str, texture: TextureTarget, invariants: 
     except Exception as err:  # TVM reports ill-formed IR with several error types
         raise TexscopeError(f"texscope produced ill-formed IR after {stage}: {err}") from None
     if invariants:
-        from .verify import check_invariants  # verify builds on this module
 
         violations = check_invariants(mod, texture.target)
         if violations:

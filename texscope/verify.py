@@ -18,8 +18,7 @@ from tvm import relax
 from .legalize import PACKED_CONV
 from . import registry
 from .errors import TexscopeError
-from .graph import DPS_OPS, dps_inputs
-from .pipeline import annotated_functions
+from .graph import DPS_OPS, annotated_functions, dps_inputs
 from .rebuild import Constant, Rebuilder, replace_functions, with_vdevice
 from .registry import Storage
 from .targets import FLAVOUR_AXES, TextureTarget, is_texture_scope, texture_target
@@ -340,28 +339,3 @@ def compare(actual, expected, rtol: float = 1e-4, atol: float = 1e-4) -> Compari
         default=0.0,
     )
     return Comparison(len(expected), abs_err, rel_err, ok)
-
-
-def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
-                  atol: float = 1e-3, device=None) -> Comparison:
-    """Build ``mod`` with texscope, run it on an OpenCL device, compare with the CPU.
-
-    Parameters
-    ----------
-    mod : IRModule
-        The model as the user wrote it (static shapes).
-    target : Target, tag, preset name or JSON
-        An OpenCL texture target, e.g. ``"adreno-opencl"``.
-    inputs : list of numpy arrays, optional
-        Inputs to main; random ones by default.
-    rtol, atol : float
-        Tolerances, as in ``numpy.allclose`` (1e-3 suits float32 reductions).
-    device : pyopencl.Device, optional
-        The first OpenCL device found by default (PoCL in CI).
-    """
-    from . import opencl
-    from .build import build
-
-    inputs = random_inputs(mod) if inputs is None else inputs
-    result = opencl.run(build(mod, target), inputs, device)
-    return compare(result.outputs, reference_outputs(mod, inputs), rtol, atol)
