@@ -17,11 +17,11 @@ import sys
 import time
 
 import tvm
-from tvm import relax
 
 import texscope
 from texscope import opencl, zoo
-from texscope.build import TIR_PIPELINE, _device_source, kernel_signatures
+from texscope import upstream
+from texscope.opencl.source import kernel_signatures
 
 TARGET = tvm.target.Target("qcom/adreno-opencl-texture", host="llvm")
 REPEAT = 7
@@ -29,25 +29,9 @@ DEFAULT = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 
 
 def upstream_build(mod):
-    """Upstream's pipeline, capturing the module before dataflow lowering to count copies."""
-    captured = {}
-
-    @tvm.transform.module_pass(opt_level=0)
-    def capture(m, _ctx):
-        captured["mod"] = m
-        return m
-
-    @tvm.transform.module_pass(opt_level=0)
-    def pipeline(m, _ctx):
-        with TARGET:  # upstream's legalize_passes reads Target.current() when built
-            passes = (relax.backend.adreno.library_dispatch_passes(TARGET)
-                      + relax.backend.adreno.legalize_passes(TARGET) + [capture]
-                      + relax.backend.adreno.dataflow_lower_passes(TARGET)
-                      + relax.backend.adreno.finalize_passes(TARGET))
-            return tvm.transform.Sequential(passes)(m)
-
-    executable = tvm.compile(mod, target=TARGET, relax_pipeline=pipeline, tir_pipeline=TIR_PIPELINE)
-    return _device_source(executable), texscope.plan_cost(captured["mod"], TARGET).copies
+    """Upstream's pipeline; copies counted before dataflow lowering."""
+    source, before_lowering = upstream.adreno_build(mod, TARGET)
+    return source, texscope.plan_cost(before_lowering, TARGET).copies
 
 
 def texscope_build(mod):

@@ -24,11 +24,11 @@ import argparse
 import numpy as np
 
 import tvm
-from tvm import relax
 
 import texscope
 from texscope import opencl, verify
-from texscope.build import TIR_PIPELINE, _device_source, kernel_signatures
+from texscope import upstream
+from texscope.opencl.source import kernel_signatures
 from texscope.corpus import mediapipe_models
 from texscope.errors import TexscopeError
 from texscope.tflite_model import load_tflite
@@ -38,31 +38,14 @@ STAGES = ("convert_layout", "annotate", "optimize", "codegen")
 
 def tvm_own(mod, target) -> str:
     """TVM's own Adreno build: kernels / images / copies, or its crash."""
-    captured = {}
-
-    @tvm.transform.module_pass(opt_level=0)
-    def capture(m, _ctx):
-        captured["mod"] = m
-        return m
-
-    @tvm.transform.module_pass(opt_level=0)
-    def pipeline(m, _ctx):
-        with target:
-            passes = (relax.backend.adreno.library_dispatch_passes(target)
-                      + relax.backend.adreno.legalize_passes(target) + [capture]
-                      + relax.backend.adreno.dataflow_lower_passes(target)
-                      + relax.backend.adreno.finalize_passes(target))
-            return tvm.transform.Sequential(passes)(m)
-
     try:
-        executable = tvm.compile(mod, target=target, relax_pipeline=pipeline,
-                                 tir_pipeline=TIR_PIPELINE)
+        source, before_lowering = upstream.adreno_build(mod, target)
     except Exception as err:  # TVM raises anything; the first line says what
         lines = [line for line in str(err).splitlines() if line.strip()]
         return f"crash: {type(err).__name__}: {(lines or [''])[-1].strip()[:70]}"
-    kernels = kernel_signatures(_device_source(executable))
+    kernels = kernel_signatures(source)
     images = sum("image2d" in params for params in kernels.values())
-    copies = texscope.plan_cost(captured["mod"], target).copies
+    copies = texscope.plan_cost(before_lowering, target).copies
     return f"{len(kernels)} kernels, {images} with images, {copies} copies"
 
 

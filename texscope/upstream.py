@@ -10,7 +10,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .build import fuse_passes
+from .build import TIR_PIPELINE, _device_source, fuse_passes
 
 UPSTREAM_SKIP_OPS = ["relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"]
 
@@ -43,3 +43,28 @@ def after_annotation() -> tvm.transform.Sequential:
         relax.backend.adreno.transform.FoldVDeviceScopeChange(),
         relax.transform.DeadCodeElimination(),
     ])
+
+
+def adreno_build(mod: tvm.IRModule, target: tvm.target.Target):
+    """TVM's own whole Adreno build of ``mod`` (with texscope's TIR pipeline,
+    so its image kernels are valid OpenCL): ``(opencl_source, module)``, the
+    module as it was before dataflow lowering, for counting copies."""
+    captured = {}
+
+    @tvm.transform.module_pass(opt_level=0)
+    def capture(m, _ctx):
+        captured["mod"] = m
+        return m
+
+    @tvm.transform.module_pass(opt_level=0)
+    def pipeline(m, _ctx):
+        with target:  # upstream's legalize_passes reads Target.current() when built
+            passes = (relax.backend.adreno.library_dispatch_passes(target)
+                      + relax.backend.adreno.legalize_passes(target) + [capture]
+                      + relax.backend.adreno.dataflow_lower_passes(target)
+                      + relax.backend.adreno.finalize_passes(target))
+            return tvm.transform.Sequential(passes)(m)
+
+    executable = tvm.compile(mod, target=target, relax_pipeline=pipeline,
+                             tir_pipeline=TIR_PIPELINE)
+    return _device_source(executable), captured["mod"]
