@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
 from . import registry
+from .rebuild import rewrite_functions
 
 
 def _rank(expr) -> int | None:
@@ -64,11 +65,6 @@ def ExpandBroadcastRank() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-n
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.ExpandBroadcastRank")
     def expand(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        functions = {
-            gvar: rewrite_call(pattern, rewrite, func) if isinstance(func, relax.Function) else func
-            for gvar, func in mod.functions.items()
-        }
-        return relax.transform.Normalize()(
-            tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos))
+        return rewrite_functions(mod, [(pattern, rewrite)])
 
     return expand

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
+
+from .rebuild import rewrite_functions
 
 
 def _static(expr) -> list[int] | None:
@@ -106,13 +108,7 @@ def DecomposeForGPU() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.DecomposeForGPU")
     def decompose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        functions = dict(mod.functions)
-        for gvar, func in mod.functions.items():
-            if isinstance(func, relax.Function):
-                for pattern, rewrite in _REWRITES:
-                    func = rewrite_call(pattern, rewrite_with(pattern, rewrite), func)
-                functions[gvar] = func
-        return relax.transform.Normalize()(
-            tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos))
+        return rewrite_functions(
+            mod, [(pattern, rewrite_with(pattern, rewrite)) for pattern, rewrite in _REWRITES])
 
     return decompose

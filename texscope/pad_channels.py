@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
+from .rebuild import rewrite_functions
 from .targets import TEXEL_LANES
 
 
@@ -108,12 +109,7 @@ def PadChannels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.PadChannels")
     def pad(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        functions = {
-            gvar: rewrite_call(pattern, rewrite, func) if isinstance(func, relax.Function) else func
-            for gvar, func in mod.functions.items()
-        }
-        return relax.transform.Normalize()(
-            tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+        return rewrite_functions(mod, [(pattern, rewrite)]
         )
 
     return pad

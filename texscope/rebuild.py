@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import tvm
 from tvm import relax
+from tvm.relax.dpl import rewrite_call
 
 Constant = tvm.ir.expr.GenericConst
 
@@ -112,3 +113,18 @@ def replace_functions(mod: tvm.IRModule, functions: dict, global_infos=None) -> 
     if global_infos is not None:
         infos.update(global_infos)
     return tvm.IRModule(merged, attrs=mod.attrs, global_infos=infos)
+
+
+def rewrite_functions(mod: tvm.IRModule, rewrites) -> tvm.IRModule:
+    """A new, normalized module whose Relax functions have every match of each
+    ``(pattern, callback)`` of ``rewrites`` rewritten, in order, as
+    ``tvm.relax.dpl.rewrite_call`` does (the callback gets the matched
+    expression and the matches, and returns the replacement or the expression)."""
+    functions = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            for pattern, callback in rewrites:
+                func = rewrite_call(pattern, callback, func)
+        functions[gvar] = func
+    return relax.transform.Normalize()(
+        tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos))

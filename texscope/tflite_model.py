@@ -20,6 +20,7 @@ import tvm_ffi
 from tvm import relax
 
 from .errors import TexscopeError
+from .rebuild import rewrite_functions
 
 # A TFLite flatbuffer carries this file identifier at bytes 4..8.
 _IDENTIFIER = b"TFL3"
@@ -140,7 +141,7 @@ def _rewrite_flattened_prelu() -> tvm.ir.transform.Pass:
     its conv's output).  ``max(x, 0) + min(x, 0) * alpha``, alpha broadcast
     in the activation's own shape, is the same function (exactly: one of the
     two terms is zero) and packs."""
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
     data, alpha = wildcard(), wildcard()
     flat_data = is_op("relax.reshape")(data, wildcard())
@@ -159,9 +160,7 @@ def _rewrite_flattened_prelu() -> tvm.ir.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.RewriteFlattenedPrelu")
     def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        functions = {g: rewrite_call(pattern, rewrite, f) if isinstance(f, relax.Function) else f
-                     for g, f in mod.functions.items()}
-        return relax.transform.DeadCodeElimination()(relax.transform.Normalize()(
-            tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)))
+        return relax.transform.DeadCodeElimination()(
+            rewrite_functions(mod, [(pattern, rewrite)]))
 
     return run
