@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from texscope import calibrate, profile as cost_profile
+from texscope.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 
@@ -156,7 +157,7 @@ def measure(directory: Path, names, device, runs: int) -> dict:
             expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
             results = [rp.replay(plan, inputs, device) for _ in range(runs)]
             seconds = statistics.median(sum(t.seconds for t in r.times) for r in results)
-            ok = rp.errors_against(results[0].outputs, expected, TOLERANCE, TOLERANCE)[2]
+            ok = compare(results[0].outputs, expected, TOLERANCE, TOLERANCE).ok
             found[name][label] = (results[0], seconds, ok, meta["predicted_s"][label])
         print(f"  {name}: ran", flush=True)
     return found

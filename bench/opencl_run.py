@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from texscope.errors import TexscopeError
+from texscope.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.source import pick_device
@@ -106,9 +107,9 @@ def _measure(plan_dir: Path, inputs, expected, device, repeat: int) -> dict:
     # output reaching 1000 (segmentation logits) differs by ~1e-4 of that.
     scale = max((float(np.abs(e).max(initial=0.0)) for e in expected), default=1.0)
     atol = TOLERANCE * max(1.0, scale)
-    abs_err, rel_err, ok = rp.errors_against(runs[0].outputs, expected, TOLERANCE, atol)
+    check = compare(runs[0].outputs, expected, TOLERANCE, atol)
     return {"run": runs[0], "times": times, "total": sum(t.seconds for t in times),
-            "ok": ok, "abs_err": abs_err, "rel_err": rel_err}
+            "ok": check.ok, "abs_err": check.max_abs_error, "rel_err": check.max_rel_error}
 
 
 def measure_exported(directory: Path, names, device, repeat: int) -> dict:

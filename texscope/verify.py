@@ -18,6 +18,7 @@ from tvm import relax
 from .legalize import PACKED_CONV
 from . import registry
 from .errors import TexscopeError
+from .numerics import Comparison, compare  # noqa: F401  (verify's API)
 from .graph import DPS_OPS, annotated_functions, dps_inputs
 from .rebuild import Constant, Rebuilder, replace_functions, with_vdevice
 from .registry import Storage
@@ -184,16 +185,6 @@ def strip_scopes(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.IRModule(stripped.functions, attrs=None, global_infos=infos)
 
 
-@attrs.frozen
-class Comparison:
-    """Outputs of two modules on the same inputs."""
-
-    outputs: int
-    max_abs_error: float
-    max_rel_error: float
-    ok: bool
-
-
 def _run_on_cpu(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:
     with tvm.target.Target("llvm"):
         # The default legalization leaves packed convs to texscope's compute,
@@ -305,37 +296,3 @@ def reference_outputs(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.nd
     # Stage 1 compiles for inference, as TVM's own pipeline does: batch norm
     # uses its moving statistics, so the reference must too.
     return _run_on_cpu(relax.transform.DecomposeOpsForInference()(mod), inputs)
-
-
-def compare(actual, expected, rtol: float = 1e-4, atol: float = 1e-4) -> Comparison:
-    """Compare two lists of outputs as ``numpy.allclose`` does, with the largest errors.
-
-    A NaN or infinity in ``actual`` is a mismatch.
-
-    Raises
-    ------
-    TexscopeError
-        If ``expected`` holds a NaN or an infinity: the inputs are not valid
-        for the model, and a comparison would prove nothing.
-    """
-    actual, expected = list(actual), list(expected)
-    for position, reference in enumerate(expected):
-        if not np.all(np.isfinite(reference)):
-            raise TexscopeError(
-                f"the reference output {position} holds NaN or infinity: the inputs are "
-                "not valid for the model (a negative variance?), so nothing can be compared")
-    if len(expected) != len(actual):
-        return Comparison(len(expected), float("inf"), float("inf"), False)
-    if any(a.shape != e.shape for a, e in zip(actual, expected)):
-        return Comparison(len(expected), float("inf"), float("inf"), False)
-    ok = all(np.allclose(a, e, rtol=rtol, atol=atol) for a, e in zip(actual, expected))
-    with np.errstate(invalid="ignore"):
-        errors = [np.abs(a.astype("float64") - e) for a, e in zip(actual, expected)]
-    if not all(np.all(np.isfinite(err)) for err in errors):
-        return Comparison(len(expected), float("inf"), float("inf"), False)
-    abs_err = max((float(err.max(initial=0.0)) for err in errors), default=0.0)
-    rel_err = max(
-        (float((err / (np.abs(e) + atol)).max(initial=0.0)) for err, e in zip(errors, expected)),
-        default=0.0,
-    )
-    return Comparison(len(expected), abs_err, rel_err, ok)

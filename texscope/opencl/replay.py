@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from ..errors import TexscopeError
+from ..numerics import compare
 from .memory import DeviceMemory
 from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, WorkspaceArg, read_plan
 from .source import compiled, default_device, devices, kernel_signatures, pick_device, pyopencl
@@ -184,18 +185,6 @@ def random_inputs(plan: Plan, seed: int = 0) -> list[np.ndarray]:
             for name in plan.inputs]
 
 
-def errors_against(actual, expected, rtol: float, atol: float) -> tuple[float, float, bool]:
-    """(max abs error, max rel error, allclose) over lists of outputs."""
-    if len(actual) != len(expected) or any(a.shape != e.shape for a, e in zip(actual, expected)):
-        return float("inf"), float("inf"), False
-    diffs = [np.abs(a.astype("float64") - e) for a, e in zip(actual, expected)]
-    abs_err = max((float(d.max(initial=0.0)) for d in diffs), default=0.0)
-    rel_err = max((float((d / (np.abs(e) + atol)).max(initial=0.0))
-                   for d, e in zip(diffs, expected)), default=0.0)
-    ok = all(np.allclose(a, e, rtol=rtol, atol=atol) for a, e in zip(actual, expected))
-    return abs_err, rel_err, ok
-
-
 def _describe(device) -> str:
     return (f"{device.name.strip()} ({device.platform.name.strip()}, "
             f"driver {device.driver_version.strip()})")
@@ -252,10 +241,10 @@ def _main(args) -> int:
           f"{run.launches} kernel launches, {run.copies} copies, {run.images} images")
     status = 0
     if expected is not None:
-        abs_err, rel_err, ok = errors_against(run.outputs, expected, args.tolerance, args.tolerance)
-        print(f"against {args.expected}: max abs error {abs_err:.3g}, max rel error "
-              f"{rel_err:.3g} -> {'OK' if ok else 'MISMATCH'}")
-        status = 0 if ok else 1
+        check = compare(run.outputs, expected, args.tolerance, args.tolerance)
+        print(f"against {args.expected}: max abs error {check.max_abs_error:.3g}, max rel error "
+              f"{check.max_rel_error:.3g} -> {'OK' if check.ok else 'MISMATCH'}")
+        status = 0 if check.ok else 1
     total = sum(t.seconds for t in times)
     label = f"median of {len(runs)}" if len(runs) > 1 else "one run"
     print(f"time per command ({label}), slowest first (total {total * 1e3:.3f} ms):")
