@@ -19,8 +19,9 @@ import time
 import tvm
 
 import texscope
-from texscope import opencl, zoo
-from texscope import upstream
+from texscope import opencl
+from texscope.models import zoo
+from texscope.backend import upstream
 from texscope.opencl.source import kernel_signatures
 
 TARGET = tvm.target.Target("qcom/adreno-opencl-texture", host="llvm")

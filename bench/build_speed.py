@@ -6,12 +6,12 @@ Target({"kind": "opencl"}, host="llvm"))``, buffers only) and
 (so load on the machine falls on both alike), garbage collection off while
 timing; printed: the medians, their ratio (the target is <= 0.5x), the
 stage of texscope's build that took longest, and the peak device memory of
-both builds (``texscope.memory``: as the VM allocates after TVM's memory
+both builds (``texscope.backend.memory``: as the VM allocates after TVM's memory
 planning; for texscope also what its plan needs, every storage as large as
 its largest tensor, as TVM 0.27 sizes storages for textures at 4x).
 
 Models: texscope's zoo, and the MediaPipe 0.10.14 .tflite models of
-``texscope.corpus`` (fetched on first use), imported once by texscope's
+``texscope.models.corpus`` (fetched on first use), imported once by texscope's
 loader and given to both tools (those TVM's TFLite importer reads; the others
 are listed as skipped with the importer's reason).
 
@@ -29,11 +29,11 @@ import time
 import tvm
 
 import texscope
-from texscope import corpus, zoo
-from texscope.tflite_model import load_tflite
+from texscope.models import corpus, zoo
+from texscope.frontend.tflite_model import load_tflite
 try:
-    from texscope.memory import MemoryCapture, device_memory
-    from texscope.pass_timing import render
+    from texscope.backend.memory import MemoryCapture, device_memory
+    from texscope.diagnostics.pass_timing import render
 except ImportError:  # texscope before these existed (a "before" run): times only
     MemoryCapture = device_memory = render = None
 

@@ -48,8 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from texscope import calibrate, profile as cost_profile
-from texscope.numerics import compare
+from texscope.opencl import calibrate
+from texscope.knowledge import profile as cost_profile
+from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 
@@ -64,7 +65,7 @@ TOLERANCE = 1e-3
 def relaxed_conv_entries():
     """Packed convs that read their data from either storage (user entries
     that shadow the built-in ones while registered)."""
-    from texscope import registry
+    from texscope.knowledge import registry
 
     entries = []
     for builtin in registry.BUILTIN:
@@ -83,14 +84,14 @@ class _Registered:
         self.entries = entries
 
     def __enter__(self):
-        from texscope import registry
+        from texscope.knowledge import registry
 
         self.saved = list(registry._user_entries)  # pylint: disable=protected-access
         for entry in reversed(self.entries):
             registry.register_op(entry)
 
     def __exit__(self, *exc):
-        from texscope import registry
+        from texscope.knowledge import registry
 
         registry._user_entries[:] = self.saved  # pylint: disable=protected-access
 
@@ -109,8 +110,9 @@ def export(directory: Path, names, measured, relaxed: bool, device=None) -> None
     """Build every network with each profile (TVM needed); write the plans,
     the inputs, the CPU outputs and each plan's predicted cost."""
     import texscope
-    from texscope import opencl, verify
-    from texscope.targets import texture_target
+    from texscope import opencl
+    from texscope.diagnostics import verify
+    from texscope.knowledge.targets import texture_target
 
     base = (opencl.device_target(device) if device is not None
             else json.loads(str(texture_target("adreno-opencl").target)))

@@ -8,7 +8,7 @@ Printed per network, for upstream, texscope ``local`` and texscope ``optimal``:
 - cost: ``texscope.plan_cost`` of the annotated module (16-byte units: bytes
   copied plus a launch price per copy, minus what texture reads save);
 - conv tex: conv2d data inputs read from a texture;
-- broken: ``texscope.verify.check_invariants`` violations of the annotated
+- broken: ``texscope.diagnostics.verify.check_invariants`` violations of the annotated
   module (a 1-D "texture", a kernel writing a texture its schedule cannot
   write...): a plan with violations is cheap on paper only;
 - time: annotation alone, median of 7 after a warm-up (the tools' runs
@@ -16,7 +16,7 @@ Printed per network, for upstream, texscope ``local`` and texscope ``optimal``:
   ratio to upstream's.
 
 Then, for the smaller graphs, the optimal planner's plan against exhaustive
-search over every assignment (``texscope.exhaustive``).
+search over every assignment (``texscope.diagnostics.exhaustive``).
 
 A plot of annotation time against graph size is saved next to this file
 (``compare_upstream.png``) when matplotlib is installed.
@@ -36,9 +36,10 @@ import tvm
 from tvm import relax
 
 import texscope
-from texscope import upstream, zoo
-from texscope.exhaustive import exhaustive, plan_units
-from texscope.verify import check_invariants
+from texscope.backend import upstream
+from texscope.models import zoo
+from texscope.diagnostics.exhaustive import exhaustive, plan_units
+from texscope.diagnostics.verify import check_invariants
 
 TARGET = tvm.target.Target("qcom/adreno-opencl-texture")
 REPEAT = 7
@@ -106,7 +107,7 @@ copies, KiB: copies (to_vdevice) left in main after legalize, fuse and fold, and
 cost: texscope.plan_cost of the annotated module, in 16-byte units: bytes copied, plus a launch
       price per copy, minus what texture reads save (lower is better; it can be negative)
 conv tex: conv2d data inputs read from a texture
-broken: texscope.verify.check_invariants violations of the annotated module (say, a 1-D
+broken: texscope.diagnostics.verify.check_invariants violations of the annotated module (say, a 1-D
         "texture", or a kernel writing a texture its schedule cannot write); anything but 0
         means the plan is cheap on paper only and would not build or run right
 ms, ratio: annotation time (median of 7) and its ratio to upstream's

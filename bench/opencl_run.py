@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from texscope.errors import TexscopeError
-from texscope.numerics import compare
+from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.source import pick_device
@@ -49,7 +49,7 @@ TOLERANCE = 1e-3
 
 
 def network(name):
-    from texscope import zoo  # needs TVM: only where networks are built
+    from texscope.models import zoo  # needs TVM: only where networks are built
 
     return {
         "resnet": lambda: zoo.resnet_style(blocks=2),
@@ -63,7 +63,7 @@ def network(name):
 def scaled_inputs(mod):
     """Random inputs with conv weights scaled by 1/sqrt(fan-in), so that a
     64-conv chain stays finite."""
-    from texscope import verify
+    from texscope.diagnostics import verify
 
     arrays = verify.random_inputs(mod)
     return [(a / np.sqrt(np.prod(a.shape[1:]))).astype(a.dtype) if i and a.ndim == 4 else a
@@ -74,7 +74,7 @@ def targets(base, device=None) -> dict:
     """The two builds' targets: ``base`` (fitted to ``device`` when given),
     and the same with no room for any texture."""
     from texscope import opencl
-    from texscope.targets import texture_target
+    from texscope.knowledge.targets import texture_target
 
     with_images = (opencl.device_target(device, base) if device is not None
                    else json.loads(str(texture_target(base).target)))
@@ -85,7 +85,7 @@ def targets(base, device=None) -> dict:
 def export(directory: Path, names, base: str) -> None:
     """Build every network both ways and write what a TVM-free replay needs."""
     import texscope
-    from texscope import verify
+    from texscope.diagnostics import verify
 
     for name in names:
         mod = network(name)
@@ -127,7 +127,7 @@ def measure_here(names, device, repeat: int, base: str) -> dict:
     import tempfile
 
     import texscope
-    from texscope import verify
+    from texscope.diagnostics import verify
 
     results = {}
     for name in names:

@@ -2,7 +2,7 @@
 Adreno build beside texscope's.
 
 Per model that TVM's TFLite frontend imports (the corpus comes from
-``texscope.corpus``; the others are listed with texscope's error):
+``texscope.models.corpus``; the others are listed with texscope's error):
 
 - ``tvm``: TVM's own flow, ``tvm.compile`` with
   ``relax.backend.adreno.get_default_pipeline`` and the same TIR pipeline fix
@@ -26,12 +26,13 @@ import numpy as np
 import tvm
 
 import texscope
-from texscope import opencl, verify
-from texscope import upstream
+from texscope import opencl
+from texscope.diagnostics import verify
+from texscope.backend import upstream
 from texscope.opencl.source import kernel_signatures
-from texscope.corpus import mediapipe_models
+from texscope.models.corpus import mediapipe_models
 from texscope.errors import TexscopeError
-from texscope.tflite_model import load_tflite
+from texscope.frontend.tflite_model import load_tflite
 
 STAGES = ("convert_layout", "annotate", "optimize", "codegen")
 

@@ -105,8 +105,8 @@ def copies(mod: tvm.IRModule, function: str = "main") -> list[str]:
 
 @pytest.fixture(scope="session")
 def mediapipe():
-    """MediaPipe 0.10.14's .tflite models by name, downloaded once (see texscope.corpus)."""
-    from texscope.corpus import mediapipe_models
+    """MediaPipe 0.10.14's .tflite models by name, downloaded once (see texscope.models.corpus)."""
+    from texscope.models.corpus import mediapipe_models
 
     return mediapipe_models()
 

@@ -6,8 +6,9 @@ import pytest
 import tvm
 
 import texscope
-from texscope import opencl, zoo
-from texscope.build import build, kernel_signatures
+from texscope import opencl
+from texscope.models import zoo
+from texscope.backend.build import build, kernel_signatures
 
 NETWORKS = ["seed", "resnet", "mobilenet_v2", "unet", "inception"]
 
@@ -56,10 +57,10 @@ def test_the_stock_tir_pipeline_emits_invalid_opencl():
     """What texscope's TIR pipeline fixes: upstream's default build."""
     target = tvm.target.Target("qcom/adreno-opencl-texture", host="llvm")
     executable = tvm.compile(
-        texscope.examples.Seed, target=target,
+        texscope.models.examples.Seed, target=target,
         relax_pipeline=tvm.relax.backend.adreno.get_default_pipeline(target),
     )
-    from texscope.build import _device_source
+    from texscope.backend.build import _device_source
 
     source = _device_source(executable)
     assert any("vload4" in p or "vstore4" in p for p in opencl.image_misuse(source))
@@ -85,7 +86,7 @@ def test_export_writes_the_artifacts(builds, tmp_path):
 
 
 def test_vulkan_annotates_and_says_why_it_cannot_compile():
-    result = build(texscope.examples.Seed, "adreno-vulkan")
+    result = build(texscope.models.examples.Seed, "adreno-vulkan")
     assert result.executable is None
     assert "no vulkan code generator" in result.report.build["codegen"]
     assert result.report.counts() == {
@@ -94,9 +95,9 @@ def test_vulkan_annotates_and_says_why_it_cannot_compile():
 
 def test_get_default_pipeline_works_with_tvm_compile():
     target = tvm.target.Target("qcom/adreno-opencl-texture", host="llvm")
-    executable = tvm.compile(texscope.examples.Seed, target=target,
+    executable = tvm.compile(texscope.models.examples.Seed, target=target,
                              relax_pipeline=texscope.get_default_pipeline(target),
                              tir_pipeline="texscope_adreno")
-    from texscope.build import _device_source
+    from texscope.backend.build import _device_source
 
     assert opencl.image_misuse(_device_source(executable)) == []

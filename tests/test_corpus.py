@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from texscope import corpus
+from texscope.models import corpus
 from texscope.errors import TexscopeError
 
 MEDIAPIPE_FILES = {

@@ -7,8 +7,8 @@ from tvm.relax import op as O
 
 import texscope
 from conftest import ADRENO, run_pass
-from texscope import registry
-from texscope.verify import equivalent
+from texscope.knowledge import registry
+from texscope.diagnostics.verify import equivalent
 
 
 def conv_then(make, extra=()):

@@ -9,8 +9,9 @@ import tvm
 from tvm import relax
 
 import texscope
-from texscope import opencl, verify
-from texscope.decompose import DecomposeForGPU
+from texscope import opencl
+from texscope.diagnostics import verify
+from texscope.rewrites.decompose import DecomposeForGPU
 
 from conftest import run_pass
 from modules import decomposed

@@ -10,10 +10,10 @@ import texscope
 from conftest import ADRENO
 from modules import rules
 from texscope.cli import main
-from texscope.explain import DumpStages, explain, graph_svg, parameter_side
-from texscope.naming import ConvertKeepingNames
+from texscope.diagnostics.explain import DumpStages, explain, graph_svg, parameter_side
+from texscope.frontend.naming import ConvertKeepingNames
 from texscope.pipeline import annotate_module
-from texscope.report import Report
+from texscope.diagnostics.report import Report
 
 RULES = str(Path(__file__).parent / "modules" / "rules.py")
 
@@ -144,10 +144,10 @@ def test_the_first_screen_of_the_report_shows_the_whole_graph(tmp_path):
 
     from playwright.sync_api import sync_playwright
 
-    from texscope.explain import COLOURS
-    from texscope.report_page import report_html
+    from texscope.diagnostics.explain import COLOURS
+    from texscope.diagnostics.report_page import report_html
 
-    packed = ConvertKeepingNames(ADRENO)(texscope.zoo.resnet_style(blocks=2))
+    packed = ConvertKeepingNames(ADRENO)(texscope.models.zoo.resnet_style(blocks=2))
     _, plans = annotate_module(packed, texscope.texture_target(ADRENO))
     report = Report.from_plans("adreno-opencl", plans)
     (page_path, _svg) = report_html(report, tmp_path / "report.html")
@@ -186,7 +186,7 @@ def test_the_first_screen_of_the_report_shows_the_whole_graph(tmp_path):
 
 
 def test_a_long_network_collapses_into_chains(tmp_path):
-    packed = ConvertKeepingNames(ADRENO)(texscope.zoo.conv_chain(64))
+    packed = ConvertKeepingNames(ADRENO)(texscope.models.zoo.conv_chain(64))
     _, plans = annotate_module(packed, texscope.texture_target(ADRENO))
     report = Report.from_plans("adreno-opencl", plans)
     svg = graph_svg(report, tmp_path / "chain.svg", max_nodes=100)

@@ -8,10 +8,10 @@ from tvm import relax
 from conftest import ADRENO, run_pass
 from modules import constant_folding as cf
 from modules import folding
-from texscope import registry
+from texscope.knowledge import registry
 from texscope.convert_layout import FoldConstantsIfAny
-from texscope.fold_constants import FoldConstants
-from texscope.pad_channels import PadChannels
+from texscope.rewrites.fold_constants import FoldConstants
+from texscope.rewrites.pad_channels import PadChannels
 
 
 def packed(mod):

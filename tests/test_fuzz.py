@@ -17,7 +17,7 @@ from conftest import ADRENO, TINY
 from fuzz_models import build, recipes
 from texscope import opencl
 from texscope import run_on_opencl
-from texscope.verify import check_invariants, equivalent
+from texscope.diagnostics.verify import check_invariants, equivalent
 
 @pytest.mark.fuzz
 @given(recipe=recipes(), tiny=st.booleans())

@@ -56,3 +56,49 @@ def test_no_module_imports_in_a_circle():
     for start in sorted(graph):
         visit(start, [], done)
     assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
+
+
+# Jobs from the bottom up: a module imports only from its own job or below.
+# The five stages share one rank (each reads the analyses before it).
+RANKS = {
+    "errors": 0,
+    "knowledge": 1,
+    "models": 1,
+    "ir": 2,
+    "rewrites": 3,
+    "planner": 3,
+    "convert_layout": 4, "collect_consumer": 4, "collect_producer": 4,
+    "define_vdevice": 4, "cleanup": 4,
+    "diagnostics": 5,
+    "pipeline": 6,
+    "frontend": 7,
+    "opencl": 8,
+    "backend": 9,
+    "cli": 10,
+    "__main__": 11,
+}
+
+
+def job_of(module: str) -> str:
+    return module.split(".")[1] if "." in module else "texscope"
+
+
+def test_the_top_holds_only_the_stages_pipeline_errors_and_cli():
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert top | packages == set(RANKS)
+    assert packages == set(texscope.PACKAGES)
+
+
+def test_every_job_imports_only_its_own_or_lower_jobs():
+    upward = []
+    for path in PACKAGE.rglob("*.py"):
+        here = module_name(path)
+        if here == "texscope":
+            continue
+        for target in imports_of(path):
+            if target == "texscope":
+                continue
+            if RANKS[job_of(target)] > RANKS[job_of(here)]:
+                upward.append(f"{here} -> {target}")
+    assert upward == [], "\n".join(sorted(upward))

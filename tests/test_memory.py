@@ -6,7 +6,7 @@ from tvm.script import relax as R
 
 import texscope
 from modules import rules
-from texscope.memory import DeviceMemory, MemoryCapture, device_memory
+from texscope.backend.memory import DeviceMemory, MemoryCapture, device_memory
 
 TEX = "opencl:0:global.texture"
 
@@ -93,5 +93,5 @@ def test_build_reports_its_memory_and_needs_no_more_than_the_all_buffer_build():
     # Residual's channels are multiples of 4: no texel padding.  Its weights
     # are parameters, packed to OIHW4o on every run: one packed copy may live
     # beside the originals (constant weights are packed by folding instead).
-    weights = sum(texscope.memory._tensor_bytes(p.ty) for p in rules.Residual["main"].params[1:])
+    weights = sum(texscope.backend.memory._tensor_bytes(p.ty) for p in rules.Residual["main"].params[1:])
     assert figures["memory_peak_needed_bytes"] <= buffers.peak_bytes + weights

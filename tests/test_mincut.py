@@ -5,7 +5,7 @@ import itertools
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from texscope.mincut import INFINITE, BinaryEnergy
+from texscope.planner.mincut import INFINITE, BinaryEnergy
 
 
 def brute_force(n, unary, pairs):

@@ -34,7 +34,7 @@ def _module(body: str, params: str = 'x: R.Tensor((1, 8, 16, 16), "float32")') -
 
 def _printed_without_imports() -> str:
     sys.path.insert(0, str(REPO))
-    from texscope import zoo  # pylint: disable=import-outside-toplevel
+    from texscope.models import zoo  # pylint: disable=import-outside-toplevel
 
     return zoo.resnet_style(blocks=1).script(show_meta=False)
 
@@ -195,9 +195,9 @@ def test_vulkan_says_it_cannot_run_and_writes_no_kernels(tmp_path):
 
 def test_the_readme_checks_work_after_a_plain_import():
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    code = ("import texscope, texscope.examples as ex\n"
+    code = ("import texscope, texscope.models.examples as ex\n"
             "mod = texscope.texture_scope_pipeline('qcom/adreno-opencl-texture')(ex.Seed)\n"
-            "print(texscope.verify.check_invariants(mod, 'qcom/adreno-opencl-texture'))\n")
+            "print(texscope.diagnostics.verify.check_invariants(mod, 'qcom/adreno-opencl-texture'))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           check=False, timeout=600)
     assert done.returncode == 0, done.stderr

@@ -7,13 +7,15 @@ import tvm
 from tvm import relax
 
 import texscope
-from texscope import opencl, verify, zoo
+from texscope import opencl
+from texscope.diagnostics import verify
+from texscope.models import zoo
 from texscope.cli import main
 from texscope.opencl import memory
 from texscope.opencl.launches import ParamArg, WorkspaceArg, kernel_launches
 from texscope.opencl.program import Copy, KernelCall, TensorSpec, read_program
 from texscope.opencl.source import kernel_signatures, pyopencl
-from texscope.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
+from texscope.backend.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 
 from conftest import run_pass
 from modules import opencl_cases, rules, signatures, storage_views, texel_cases

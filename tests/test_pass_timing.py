@@ -7,7 +7,7 @@ from pathlib import Path
 import tvm
 
 from modules import folding
-from texscope.pass_timing import PassProfile, render
+from texscope.diagnostics.pass_timing import PassProfile, render
 
 RULES = str(Path(__file__).parent / "modules" / "rules.py")
 

@@ -8,9 +8,10 @@ import texscope
 from conftest import ADRENO, run_pass
 from fuzz_models import build, recipes
 from modules import rules
-from texscope import collect_consumer, collect_producer, registry
-from texscope.exhaustive import exhaustive, plan_units as plan_cost_units
-from texscope.registry import Storage
+from texscope import collect_consumer, collect_producer
+from texscope.knowledge import registry
+from texscope.diagnostics.exhaustive import exhaustive, plan_units as plan_cost_units
+from texscope.knowledge.registry import Storage
 
 
 @pytest.fixture

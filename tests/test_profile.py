@@ -12,10 +12,11 @@ from tvm.script import ir as I, relax as R
 import texscope
 from conftest import ADRENO
 from modules import rules
-from texscope import calibrate, profile as cost_profile
+from texscope.opencl import calibrate
+from texscope.knowledge import profile as cost_profile
 from texscope.opencl import source
 from texscope.cli import main
-from texscope.registry import Storage
+from texscope.knowledge.registry import Storage
 
 ROOT = Path(__file__).parent.parent
 RULES = str(Path(__file__).parent / "modules" / "rules.py")
@@ -62,7 +63,7 @@ class PoolAndMean:
 
 def test_calibration_measures_every_kernel_class_with_a_source(measured):
     profile = cost_profile.from_document(measured)
-    classes = {e.cost_class for e in texscope.registry.entries() if e.cost_class}
+    classes = {e.cost_class for e in texscope.knowledge.registry.entries() if e.cost_class}
     assert classes <= set(profile.kernels) == {b.cost_class for b in calibrate.BENCHMARKS}
     assert profile.copy_seconds_per_byte.value > 0 and profile.copy_seconds_per_launch.value > 0
     assert "measured by texscope calibrate" in profile.copy_seconds_per_byte.source
@@ -93,16 +94,13 @@ def test_texscope_calibrate_writes_a_profile_the_build_reads(tmp_path):
 
 
 def test_calibration_runs_without_tvm(tmp_path):
-    """python -m texscope.calibrate's modules import no TVM (the package's
-    __init__ does, so the test loads the modules under a bare package)."""
+    """python -m texscope.opencl.calibrate imports no TVM."""
     script = f"""
-import sys, types
+import sys
 sys.modules["tvm"] = None
 sys.modules["tvm_ffi"] = None
-package = types.ModuleType("texscope")
-package.__path__ = [{str(ROOT / "texscope")!r}]
-sys.modules["texscope"] = package
-from texscope import calibrate
+sys.path.insert(0, {str(ROOT)!r})
+from texscope.opencl import calibrate
 sys.exit(calibrate.main(["--shapes", "8x8", "--repeats", "1", "-o", {str(tmp_path / "p.json")!r}]))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
@@ -127,7 +125,7 @@ def test_default_profiles_give_every_number_a_source():
         profile = cost_profile.from_document(document)
         assert profile.copy_launch_bytes == pytest.approx(65536)  # the price before profiles
         assert "guess" in profile.copy_seconds_per_byte.source
-        assert {e.cost_class for e in texscope.registry.entries() if e.cost_class} <= set(profile.kernels)
+        assert {e.cost_class for e in texscope.knowledge.registry.entries() if e.cost_class} <= set(profile.kernels)
     assert texscope.texture_target("mali-opencl").profile.origin == "built-in mali"
     assert texscope.texture_target(ADRENO).profile.origin == "built-in adreno"
 

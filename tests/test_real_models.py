@@ -16,8 +16,10 @@ import tvm
 from tvm import relax
 
 import texscope
-from texscope import opencl, registry, verify
-from texscope.tflite_model import load_tflite
+from texscope import opencl
+from texscope.knowledge import registry
+from texscope.diagnostics import verify
+from texscope.frontend.tflite_model import load_tflite
 
 from test_tflite import IMPORTABLE
 

@@ -6,7 +6,7 @@ from tvm import relax
 import texscope
 from conftest import ADRENO, run_pass, scopes
 from modules import rules
-from texscope import registry
+from texscope.knowledge import registry
 
 
 def entry_names(mod):

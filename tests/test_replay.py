@@ -12,7 +12,8 @@ import pytest
 from tvm import relax
 
 import texscope
-from texscope import opencl, verify
+from texscope import opencl
+from texscope.diagnostics import verify
 from texscope.opencl.plan import CopyStep, KernelStep, TensorArg, read_plan
 from texscope.opencl.replay import replay
 from texscope.opencl.source import missing_extensions, pyopencl
@@ -168,11 +169,11 @@ def test_inputs_by_name_or_position_and_a_wrong_file_is_named(conflict, tmp_path
 def test_importing_texscope_loads_no_tvm_until_a_name_needs_it():
     script = textwrap.dedent("""
         import sys
-        import texscope, texscope.opencl, texscope.opencl.replay, texscope.scopes
+        import texscope, texscope.opencl, texscope.opencl.replay, texscope.knowledge.scopes
         assert not [m for m in sys.modules if m.split(".")[0] == "tvm"], "tvm loaded early"
-        import texscope.build
+        import texscope.backend.build
         assert callable(texscope.build) and callable(texscope.collect_consumer)
-        assert callable(texscope.verify.check_invariants)
+        assert callable(texscope.diagnostics.verify.check_invariants)
         assert callable(texscope.opencl.run)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

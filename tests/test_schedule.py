@@ -8,11 +8,11 @@ from tvm import relax
 import texscope
 from conftest import ADRENO, run_pass
 from modules import texel_cases
-from texscope import registry
-from texscope.legalize import REPLACED, once_per_signature
+from texscope.knowledge import registry
+from texscope.rewrites.legalize import REPLACED, once_per_signature
 from texscope.opencl.program import KernelCall, read_program
 from texscope.opencl.source import kernel_bodies
-from texscope.schedule import TexelWriter
+from texscope.backend.schedule import TexelWriter
 from test_opencl_run import assert_close, run_and_compare
 
 

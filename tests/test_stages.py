@@ -10,7 +10,7 @@ from modules import annotated, folding, rules
 from texscope.cleanup import Cleanup
 from texscope.convert_layout import FoldConstantsIfAny
 from texscope.collect_consumer import RETURN
-from texscope.registry import ANY, BUFFER, TEXTURE, Storage
+from texscope.knowledge.registry import ANY, BUFFER, TEXTURE, Storage
 
 TW = "global.texture-weight"
 

@@ -4,8 +4,8 @@ import pytest
 
 import texscope
 from conftest import ADRENO, TINY, VULKAN
-from texscope.targets import ADRENO as ADRENO_PRESET
-from texscope.targets import MALI
+from texscope.knowledge.targets import ADRENO as ADRENO_PRESET
+from texscope.knowledge.targets import MALI
 
 
 @pytest.mark.parametrize(

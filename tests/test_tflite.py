@@ -9,12 +9,13 @@ import tvm
 from tvm import relax
 
 import texscope
-from texscope import opencl, verify
+from texscope import opencl
+from texscope.diagnostics import verify
 from texscope.cli import load_model
 from texscope.errors import TexscopeError
-from texscope.broadcast_rank import ExpandBroadcastRank
+from texscope.rewrites.broadcast_rank import ExpandBroadcastRank
 from texscope.opencl.source import kernel_signatures
-from texscope.tflite_model import _rewrite_flattened_prelu, load_tflite
+from texscope.frontend.tflite_model import _rewrite_flattened_prelu, load_tflite
 
 from conftest import run_pass
 from modules import odd_convs

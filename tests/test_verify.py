@@ -9,8 +9,10 @@ import tvm
 import texscope
 from conftest import ADRENO, TINY, run_pass
 from modules import annotated, rules
-from texscope import registry, upstream, verify
-from texscope.verify import check_invariants, equivalent, strip_scopes
+from texscope.knowledge import registry
+from texscope.backend import upstream
+from texscope.diagnostics import verify
+from texscope.diagnostics.verify import check_invariants, equivalent, strip_scopes
 
 MODULES = ["ConvRelu", "Residual", "Concat", "MaxPool", "Reductions", "Conflict",
            "BatchNorm", "SplitFields", "Depthwise", "PackedThenDepthwise"]

@@ -1,7 +1,7 @@
 """texscope: texture or buffer, for every tensor of a TVM Relax model on mobile GPUs.
 
 Names are imported on first use (PEP 562), so that the TVM-free parts (the
-portable OpenCL replay, ``texscope.scopes``, ``texscope.errors``) can be
+portable OpenCL replay, ``texscope.knowledge.scopes``, ``texscope.errors``) can be
 imported where TVM is not installed.
 """
 
@@ -16,10 +16,10 @@ from .errors import TexscopeError
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "BuildResult": "build",
-    "build": "build",
-    "get_default_pipeline": "build",
-    "run_on_opencl": "build",
+    "BuildResult": "backend.build",
+    "build": "backend.build",
+    "get_default_pipeline": "backend.build",
+    "run_on_opencl": "backend.build",
     "AnnotateTextureScope": "pipeline",
     "texture_scope_pipeline": "pipeline",
     "ConsumerInfo": "collect_consumer",
@@ -29,19 +29,33 @@ _EXPORTS = {
     "ScopeChoice": "collect_producer",
     "collect_producer": "collect_producer",
     "ConvertToPackedLayout": "convert_layout",
-    "PlanCost": "cost",
-    "plan_cost": "cost",
+    "PlanCost": "planner.cost",
+    "plan_cost": "planner.cost",
     "define_vdevice": "define_vdevice",
-    "OpKey": "registry",
-    "OpSupport": "registry",
-    "PatternKey": "registry",
-    "Storage": "registry",
-    "register_op": "registry",
-    "TextureTarget": "targets",
-    "texture_target": "targets",
+    "OpKey": "knowledge.registry",
+    "OpSupport": "knowledge.registry",
+    "PatternKey": "knowledge.registry",
+    "Storage": "knowledge.registry",
+    "register_op": "knowledge.registry",
+    "TextureTarget": "knowledge.targets",
+    "texture_target": "knowledge.targets",
 }
 
-__all__ = ["TexscopeError", *_EXPORTS, "examples", "zoo", "verify", "opencl"]
+# The packages, by job; the five stage files, the pipeline, errors and the
+# command line stay at the top.
+PACKAGES = (
+    "knowledge",  # what operators and devices support, and what they cost
+    "ir",  # reading and rebuilding Relax IR
+    "rewrites",  # stage 1's rewrites and legalization
+    "planner",  # plan costs and the min-cut
+    "diagnostics",  # explain, reports, checks, comparisons, pass timing, yardsticks
+    "frontend",  # model files
+    "opencl",  # the emitted source, the portable plan and its replay, calibration
+    "backend",  # lowering to kernels, writing a build
+    "models",  # examples, the zoo, the MediaPipe corpus
+)
+
+__all__ = ["TexscopeError", *_EXPORTS, *PACKAGES]
 
 
 def _is_submodule(name: str) -> bool:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from . import registry
-from .graph import relax_bindings
-from .rebuild import with_vdevice
-from .targets import BUFFER_SCOPE, is_texture_scope
+from .knowledge import registry
+from .ir.graph import relax_bindings
+from .ir.rebuild import with_vdevice
+from .knowledge.targets import BUFFER_SCOPE, is_texture_scope
 
 TO_VDEVICE = "relax.to_vdevice"
 _HINT = tvm.ir.Op.get("relax.hint_on_device")

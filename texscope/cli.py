@@ -10,13 +10,14 @@ from pathlib import Path
 
 import tvm
 
-from . import profile as cost_profile
-from . import registry, zoo
-from .build import build
+from .knowledge import profile as cost_profile
+from .knowledge import registry
+from .models import zoo
+from .backend.build import build
 from .errors import TexscopeError
-from .model_file import PRINTED_HEADER, load_model
-from .outdir import check_output_dir, record_written, written_before
-from .targets import texture_target
+from .frontend.model_file import PRINTED_HEADER, load_model
+from .backend.outdir import check_output_dir, record_written, written_before
+from .knowledge.targets import texture_target
 
 MODEL_HELP = "a .py file defining a TVMScript IRModule, an .onnx or a .tflite file"
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target JSON"
@@ -58,7 +59,7 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
     out_dir = result.export(out)
     _print_summary(result)
     if time_passes:
-        from .pass_timing import render
+        from .diagnostics.pass_timing import render
 
         print("time per pass, the passes' own time (without the passes they run), costliest first:")
         print(render(list(result.pass_times), result.report.build["build_s"]))
@@ -77,7 +78,7 @@ def cmd_build(args) -> None:
 
 
 def cmd_calibrate(args) -> int:
-    from . import calibrate
+    from .opencl import calibrate
 
     return calibrate.run_command(args)
 
@@ -97,10 +98,10 @@ def cmd_demo(args) -> None:
 
 
 def cmd_explain(args) -> None:
-    from .explain import explain, graph_svg, require_graphviz
-    from .naming import ConvertKeepingNames
+    from .diagnostics.explain import explain, graph_svg, require_graphviz
+    from .frontend.naming import ConvertKeepingNames
     from .pipeline import annotate_module
-    from .report import Report
+    from .diagnostics.report import Report
 
     if args.svg:
         require_graphviz()
@@ -121,7 +122,8 @@ def cmd_explain(args) -> None:
 
 
 def cmd_run(args) -> int:
-    from . import opencl, verify
+    from . import opencl
+    from .diagnostics import verify
 
     kind = texture_target(args.target).kind
     if kind != "opencl":
@@ -217,7 +219,7 @@ def main(argv=None) -> int:
     p = commands.add_parser("calibrate", help="measure what textures, buffers and copies cost "
                                               "on an OpenCL device: a cost profile for build "
                                               "--cost-profile")
-    from .calibrate import add_arguments  # pyopencl is imported only when it runs
+    from .opencl.calibrate import add_arguments  # pyopencl is imported only when it runs
 
     add_arguments(p)
     p.set_defaults(run=cmd_calibrate)

@@ -12,9 +12,9 @@ import attrs
 import tvm
 from tvm import relax
 
-from .graph import FunctionGraph, build_graph
-from .registry import BUFFER, Storage
-from .targets import TextureTarget
+from .ir.graph import FunctionGraph, build_graph
+from .knowledge.registry import BUFFER, Storage
+from .knowledge.targets import TextureTarget
 
 RETURN = "return"
 

@@ -11,26 +11,26 @@ Two policies:
     Each tensor alone: the storage needing the fewest copies, then the fewest
     bytes copied, then texture over buffer.
 ``"optimal"`` (default)
-    All tensors together, minimising the plan's cost (:mod:`texscope.cost`):
+    All tensors together, minimising the plan's cost (:mod:`texscope.planner.cost`):
     bytes copied plus a launch price per copy, minus what texture reads and
     writes save (the target's cost profile prices all three), subject to the registry's per-operand sets and sync rules.  Exact: the
     cost is a sum of unary and submodular pairwise terms over binary labels
     (texture or buffer) once each tensor also gets "a texture version exists"
     and "a buffer version exists" labels, so one minimum s-t cut minimises it
-    (:mod:`texscope.mincut`).
+    (:mod:`texscope.planner.mincut`).
 """
 
 from __future__ import annotations
 
 import attrs
 
-from . import cost
+from .planner import cost
 from .collect_consumer import ConsumerInfo, Demand
 from .errors import TexscopeError
-from .graph import FunctionGraph, Tensor
-from .mincut import INFINITE, BinaryEnergy
-from .registry import ANY, BUFFER, Storage
-from .targets import BUFFER_SCOPE
+from .ir.graph import FunctionGraph, Tensor
+from .planner.mincut import INFINITE, BinaryEnergy
+from .knowledge.registry import ANY, BUFFER, Storage
+from .knowledge.targets import BUFFER_SCOPE
 
 POLICIES = ("optimal", "local")
 _PREFERENCE = (Storage.TEXTURE, Storage.BUFFER)

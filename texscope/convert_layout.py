@@ -1,10 +1,10 @@
 """Stage 1: packed 5-D layouts, then legalization that keeps operator attributes.
 
 Operators TVM cannot build for a GPU are rewritten into ones it can
-(:mod:`texscope.decompose`: ``ewise_fma``, ``conv2d_transpose`` as a conv);
+(:mod:`texscope.rewrites.decompose`: ``ewise_fma``, ``conv2d_transpose`` as a conv);
 convs whose channel counts are not multiples of 4 get zero channels
-(:mod:`texscope.pad_channels`), and the operands of broadcasting binary
-operators equal ranks (:mod:`texscope.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
+(:mod:`texscope.rewrites.pad_channels`), and the operands of broadcasting binary
+operators equal ranks (:mod:`texscope.rewrites.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
 and conv2d weights as OIHW4o (the layouts come from the registry); pools
 follow their input.  Operators the
 registry keeps stay Relax calls.  Operators whose decisions need their
@@ -20,15 +20,15 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from . import registry
-from .broadcast_rank import ExpandBroadcastRank
-from .decompose import DecomposeForGPU
+from .knowledge import registry
+from .rewrites.broadcast_rank import ExpandBroadcastRank
+from .rewrites.decompose import DecomposeForGPU
 from .errors import TexscopeError
-from .fold_constants import fold_constants
-from .graph import relax_bindings, require_shapes
-from .legalize import legalization_of, legalize_map
-from .pad_channels import PadChannels
-from .targets import texture_target
+from .rewrites.fold_constants import fold_constants
+from .ir.graph import relax_bindings, require_shapes
+from .rewrites.legalize import legalization_of, legalize_map
+from .rewrites.pad_channels import PadChannels
+from .knowledge.targets import texture_target
 
 
 def _recording(op_name: str, fields: list[str]):
@@ -115,7 +115,7 @@ def _foldable(mod: tvm.IRModule) -> bool:
 
 @tvm.transform.module_pass(opt_level=0, name="texscope.FoldConstantsIfAny")
 def FoldConstantsIfAny(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
-    """Relax's FoldConstant (computed by :func:`texscope.fold_constants.fold_constants`),
+    """Relax's FoldConstant (computed by :func:`texscope.rewrites.fold_constants.fold_constants`),
     skipped when no call has only constant arguments."""
     return fold_constants(mod) if _foldable(mod) else mod
 

@@ -19,9 +19,9 @@ import tvm
 from tvm import relax
 
 from .collect_producer import ProducerInfo
-from .graph import DPS_OPS, dps_inputs
-from .rebuild import Constant, Rebuilder, replace_functions, with_vdevice
-from .targets import TextureTarget, VDeviceTable
+from .ir.graph import DPS_OPS, dps_inputs
+from .ir.rebuild import Constant, Rebuilder, replace_functions, with_vdevice
+from .knowledge.targets import TextureTarget, VDeviceTable
 
 
 class _FunctionRewriter:

@@ -10,9 +10,9 @@ from .collect_consumer import collect_consumer
 from .collect_producer import ProducerInfo, collect_producer
 from .define_vdevice import define_vdevice
 from .errors import TexscopeError
-from .graph import annotated_functions, called_functions
-from .targets import TextureTarget, texture_target
-from .verify import check_invariants
+from .ir.graph import annotated_functions, called_functions
+from .knowledge.targets import TextureTarget, texture_target
+from .diagnostics.verify import check_invariants
 from .convert_layout import ConvertToPackedLayout, LegalizeKeepingAttrs
 
 ANNOTATED_ATTR = "texscope_target"
@@ -93,7 +93,7 @@ def AnnotateTextureScope(target, check: bool = False, policy: str = "optimal",  
         A texture-capable GPU target.
     check : bool
         Check well-formedness after every internal stage and
-        :func:`texscope.verify.check_invariants` at the end; a failure is a
+        :func:`texscope.diagnostics.verify.check_invariants` at the end; a failure is a
         TexscopeError.  Off by default, on in the tests.
     policy : str
         How stage 3 decides: ``"optimal"`` (the whole graph, exactly, by
@@ -101,7 +101,7 @@ def AnnotateTextureScope(target, check: bool = False, policy: str = "optimal",  
     profile : CostProfile, str or Path, optional
         The prices the optimal policy weighs: a profile ``texscope calibrate``
         measured on the device (or its file), else the target preset's
-        defaults (see :mod:`texscope.profile`).
+        defaults (see :mod:`texscope.knowledge.profile`).
 
     Returns
     -------

@@ -1,4 +1,4 @@
-"""Operators TVM 0.27 cannot build for a GPU (texscope.decompose rewrites them)."""
+"""Operators TVM 0.27 cannot build for a GPU (texscope.rewrites.decompose rewrites them)."""
 
 from tvm.script import ir as I, relax as R
 

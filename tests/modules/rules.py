@@ -4,7 +4,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from texscope.examples import Seed  # noqa: F401  (the design's example)
+from texscope.models.examples import Seed  # noqa: F401  (the design's example)
 
 
 @I.ir_module

@@ -17,7 +17,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import TexscopeError
-from ..scopes import is_texture_scope
+from ..knowledge.scopes import is_texture_scope
 from .plan import ScalarArg, WorkspaceArg
 
 _CALL_KERNEL = "tirx.call_ffi_kernel"

@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from .. import scopes
+from ..knowledge import scopes
 from ..errors import TexscopeError
-from ..scopes import BUFFER_SCOPE, TEXEL_LANES
+from ..knowledge.scopes import BUFFER_SCOPE, TEXEL_LANES
 from .plan import TensorSpec
 
 _CHANNEL_TYPES = {"float32": "FLOAT", "float16": "HALF_FLOAT"}

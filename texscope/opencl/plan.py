@@ -13,7 +13,7 @@ Files (``PLAN_FILE``, ``WEIGHTS_FILE``, next to the OpenCL source):
     constants (absent without constants);
     ``tensors``: ``[{name, shape, dtype, scope}]``, every tensor the program
     holds, ``scope`` ``global`` (a buffer) or a texture flavour (an
-    ``image2d_array_t``, folded as ``texscope.scopes.FLAVOUR_AXES`` says);
+    ``image2d_array_t``, folded as ``texscope.knowledge.scopes.FLAVOUR_AXES`` says);
     ``inputs``: tensor names in the order of ``main``'s parameters;
     ``constants``: tensor names whose values are in the weights file;
     ``steps``, in order, each
@@ -37,7 +37,7 @@ import attrs
 import numpy as np
 
 from ..errors import TexscopeError
-from ..scopes import is_texture_scope
+from ..knowledge.scopes import is_texture_scope
 
 FORMAT = "texscope-opencl-plan"
 VERSION = 1

@@ -14,9 +14,9 @@ import tvm
 from tvm import relax
 
 from ..errors import TexscopeError
-from ..graph import static_shape
-from ..rebuild import Constant as RelaxConstant
-from ..scopes import BUFFER_SCOPE
+from ..ir.graph import static_shape
+from ..ir.rebuild import Constant as RelaxConstant
+from ..knowledge.scopes import BUFFER_SCOPE
 from .plan import TensorSpec
 
 

@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 
 from ..errors import TexscopeError
-from ..numerics import compare
+from ..diagnostics.numerics import compare
 from .memory import DeviceMemory
 from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, WorkspaceArg, read_plan
 from .source import compiled, default_device, devices, kernel_signatures, pick_device, pyopencl

@@ -72,7 +72,7 @@ def device_target(device=None, base="qcom/adreno-opencl-texture") -> dict:
     limits are no larger than an OpenCL device's, so that every texture the plan
     makes can be created there (PoCL's images stop at 8192 texels a side where
     Adreno's reach 16384)."""
-    from ..targets import texture_target  # pylint: disable=import-outside-toplevel
+    from ..knowledge.targets import texture_target  # pylint: disable=import-outside-toplevel
 
     device = device or default_device()
     texture = texture_target(base)

@@ -1,0 +1,1 @@
+"""Lowering an annotated module to texture kernels and writing the build."""

@@ -1,0 +1,355 @@
+"""Build a Relax model for a mobile GPU with texscope's texture scopes.
+
+The Relax pipeline follows the design text: library dispatch (none by
+default), texscope's texture-scope pipeline, the remaining legalization (the
+Adreno conv2d legalization for NCHW4c), op patterns, constant folding, fusion,
+copy folding, call-site specialization of PrimFuncs, the Adreno dlight
+schedules with the generic GPU fallbacks, then the usual dataflow lowering.
+
+TVM 0.27 registers its Adreno TIR pipeline as one pass where ``tvm.tirx.build``
+wants a (pipeline, finalize_host, finalize_device) triple, and the build's
+``"default"`` pipeline is the generic one: OpenCL then reads an
+``image2d_array_t`` through ``vload4``.  texscope registers the Adreno passes as
+a proper triple, ``texscope_adreno``, so texture-scoped buffers become
+``read_imagef`` / ``write_imagef``.
+
+Even then, TVM 0.27 writes wrong texels: TextureFlatten types each
+``texture2d_store`` call with the image's pointer type, VectorizeLoop then takes
+the call for a non-primitive one and scalarizes the 4-lane loop around it, and
+every lane stores one broadcast value.  ``RetypeTextureStore`` gives the store
+a primitive type right after TextureFlatten, so the lanes are packed into one
+``write_imagef`` (found by running the kernels on PoCL).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import attrs
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm import s_tir
+from tvm.s_tir.backend.adreno import pipeline as adreno_tir
+from tvm.tirx import compilation_pipeline
+
+from ..cleanup import FoldTextureCopies
+from ..planner.cost import plan_cost, texture_reads
+from ..rewrites.legalize import PACKED_CONV, LegalizeOnce
+from .memory import MemoryCapture, device_memory
+from ..frontend.naming import ConvertKeepingNames
+from ..opencl.executor import plan_of
+from ..opencl.source import kernel_signatures
+from .outdir import record_written, start_export
+from ..ir.quiet import quiet_native_stderr
+from ..pipeline import annotate_module, texture_scope_pipeline
+from ..diagnostics.pass_timing import PassProfile
+from ..diagnostics.report import Report
+from ..diagnostics.report_page import report_html
+from .schedule import schedule_passes
+from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
+                         SplitPrimFuncsBySignature)
+from ..knowledge.targets import texture_target
+from .. import opencl
+from ..diagnostics import verify
+
+TIR_PIPELINE = "texscope_adreno"
+# Cross-compiling the host library for a phone: the NDK's clang, e.g.
+# $NDK/toolchains/llvm/prebuilt/linux-x86_64/bin/aarch64-linux-android28-clang++
+NDK_CC_ENV = "TEXSCOPE_NDK_CC"
+
+
+_TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")
+
+
+def _primitive_store(call):
+    if call.op.same_as(_TEXTURE_STORE) and not isinstance(call.ty, tvm.ir.PrimType):
+        return tvm.ir.Call(call.op, list(call.args), call.attrs, span=call.span,
+                           ret_ty=tvm.ir.PrimType("int32"))
+    return call
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="texscope.RetypeTextureStore")
+def RetypeTextureStore(func, _mod, _ctx):  # pylint: disable=invalid-name
+    """Give ``texture2d_store`` calls a primitive type (see the module docstring)."""
+    return tvm_ffi.structural_map(func, (tvm.ir.Call, _primitive_store))
+
+
+def _adreno_tir_triple():
+    # TextureFlatten runs first here so the stores can be retyped before
+    # vectorization; the Adreno pipeline's own TextureFlatten then finds none.
+    return (
+        tvm.transform.Sequential([
+            s_tir.backend.adreno.transform.TextureFlatten(),
+            RetypeTextureStore,
+            adreno_tir.default_tir_pipeline(),
+        ]),
+        compilation_pipeline.finalize_host_passes,
+        compilation_pipeline.finalize_device_passes,
+    )
+
+
+compilation_pipeline.register_tir_pipeline(TIR_PIPELINE, _adreno_tir_triple)
+
+
+def fuse_passes() -> list:
+    """After annotation: the remaining legalization, then fusion (as upstream)."""
+    return [
+        # The default legalization leaves packed convs to texscope's (any groups).
+        LegalizeOnce(),
+        LegalizeOnce(PACKED_CONV),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+    ]
+
+
+def optimize_passes(target: tvm.target.Target) -> list:
+    """After annotation: legalize, fuse, fold copies, specialize texture
+    parameters (one PrimFunc per storage signature first), schedule."""
+    return [
+        *fuse_passes(),
+        FoldTextureCopies(),
+        relax.transform.DeadCodeElimination(),
+        SplitPrimFuncsBySignature,
+        # TVM's SpecializePrimFuncBasedOnCallSite, for texture parameters only
+        # (it rejects symbolic sizes; identical output on static modules).
+        SpecializeTextureParams,
+        relax.transform.Normalize(),
+        *schedule_passes(),
+    ]
+
+
+def lower_passes(target: tvm.target.Target) -> list:
+    return [
+        KeepStorageChangesAsKernels,
+        *relax.backend.gpu_generic.dataflow_lower_passes(target),
+        *relax.backend.gpu_generic.finalize_passes(target),
+    ]
+
+
+@tvm.instrument.pass_instrument
+class _CaptureKernelLaunches:
+    """Keeps the TIR module right after host/device splitting, where each host
+    function still has its tensor parameters and launches its kernels with
+    explicit thread extents: what an executor needs to run the kernels."""
+
+    def __init__(self):
+        self.modules = []
+
+    def run_after_pass(self, mod, info):
+        if info.name == "tirx.SplitHostDevice":
+            self.modules.append(mod)
+
+
+def _with_instrument(instrument) -> tvm.transform.PassContext:
+    current = tvm.transform.PassContext.current()
+    return tvm.transform.PassContext(
+        opt_level=current.opt_level, required_pass=list(current.required_pass),
+        disabled_pass=list(current.disabled_pass),
+        instruments=[*current.instruments, instrument], config=dict(current.config))
+
+
+def _under(target: tvm.target.Target, passes: list, name: str) -> tvm.ir.transform.Pass:
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        with target:
+            return tvm.transform.Sequential(passes)(mod)
+
+    return run
+
+
+def get_default_pipeline(target, profile=None) -> tvm.ir.transform.Pass:
+    """The whole Relax pipeline, for ``tvm.compile(mod, target, relax_pipeline=...)``.
+
+    Use it with ``tir_pipeline="texscope_adreno"``.  ``profile`` is the cost
+    profile the planner weighs (the preset's defaults when None).
+    """
+    target = texture_target(target).target
+    return _under(
+        target,
+        [
+            tvm.tirx.transform.BindTarget(target),
+            texture_scope_pipeline(target, profile=profile),
+            *optimize_passes(target),
+            *lower_passes(target),
+        ],
+        "texscope.default_pipeline",
+    )
+
+
+@attrs.frozen
+class BuildResult:
+    """What :func:`build` returns.
+
+    Attributes
+    ----------
+    executable : relax.VMExecutable or None
+        The Relax VM executable (None where the target cannot be compiled here).
+    opencl_source : str
+        The device kernels as OpenCL C ("" for other targets).
+    report : Report
+        Decisions per tensor, copies, counts and build figures.
+    module : IRModule
+        The Relax module after scheduling, before dataflow lowering.
+    kernels : IRModule or None
+        The TIR the executable was compiled from, right after host/device
+        splitting: host functions launching device kernels (None without
+        codegen).
+    pass_times : tuple of texscope.diagnostics.pass_timing.PassTime
+        Time per pass, the costliest first (empty unless asked for).
+    """
+
+    executable: object
+    opencl_source: str
+    report: Report
+    module: tvm.IRModule = attrs.field(repr=False)
+    kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
+    pass_times: tuple = attrs.field(default=(), repr=False)
+
+    def export(self, directory) -> Path:
+        """Write model.so (where compiled), report.json, report.md and
+        report.html (with report.svg when Graphviz is installed) into
+        ``directory``, and a manifest listing them (:mod:`texscope.backend.outdir`);
+        for OpenCL also the portable program that ``python -m
+        texscope.opencl.replay`` runs without TVM: kernels.cl, plan.json and
+        weights.npz (:mod:`texscope.opencl.plan`)."""
+        out = start_export(directory)
+        written = []
+        if self.executable is not None:
+            compiler = os.environ.get(NDK_CC_ENV)
+            with quiet_native_stderr():
+                if compiler:
+                    from tvm.contrib import ndk  # imported only when cross-compiling
+
+                    self.executable.export_library(str(out / "model.so"), fcompile=ndk.create_shared,
+                                                   options=["-shared"], cc=compiler)
+                else:
+                    self.executable.export_library(str(out / "model.so"))
+            written.append("model.so")
+        if self.kernels is not None and self.opencl_source:
+            written += [path.name for path in plan_of(self).write(out)]
+        (out / "report.json").write_text(self.report.to_json())
+        (out / "report.md").write_text(self.report.to_markdown())
+        written += ["report.json", "report.md"]
+        written += [p.name for p in report_html(self.report, out / "report.html")]
+        record_written(out, written)
+        return out
+
+
+def _device_source(executable) -> str:
+    sources = []
+
+    def walk(module):
+        if module.kind == "opencl":
+            sources.append(module.inspect_source())
+        for sub in module.imports:
+            walk(sub)
+
+    walk(executable.mod)
+    return "\n".join(sources)
+
+
+def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
+          time_passes: bool = False) -> BuildResult:
+    """Build ``mod`` for a texture-capable GPU target.
+
+    Parameters
+    ----------
+    mod : IRModule
+        A Relax module with static or symbolic shapes.
+    target : Target, tag, preset name or JSON
+        e.g. ``"adreno-opencl"``, ``"qcom/adreno-opencl-texture"``, ``"mali-opencl"``.
+    host : Target or str, optional
+        Host target; ``llvm`` by default.  Set ``TEXSCOPE_NDK_CC`` to export a
+        library for a phone.
+    log : callable, optional
+        Called with (stage, seconds) as each stage finishes.
+    profile : CostProfile, str or Path, optional
+        The cost profile the planner weighs: one ``texscope calibrate``
+        measured on the device (or its file); the target preset's defaults
+        when None.
+    time_passes : bool
+        Time every pass (:class:`texscope.diagnostics.pass_timing.PassProfile`) into
+        ``BuildResult.pass_times``.
+
+    Returns
+    -------
+    BuildResult
+    """
+    if time_passes:
+        timing = PassProfile()
+        with _with_instrument(timing):
+            result = build(mod, target, host, log, profile)
+        return attrs.evolve(result, pass_times=tuple(timing.passes()))
+    texture = texture_target(target, profile)
+    device_target = tvm.target.Target(texture.target, host=host or "llvm")
+    log = log or (lambda stage, seconds: None)
+    figures = {"cost_profile": texture.profile.origin}
+
+    def timed(stage, fn, *args):
+        start = time.perf_counter()
+        result = fn(*args)
+        figures[f"{stage}_s"] = round(time.perf_counter() - start, 3)
+        log(stage, figures[f"{stage}_s"])
+        return result
+
+    with device_target:
+        packed = timed("convert_layout", ConvertKeepingNames(device_target), mod)
+        annotated, plans = timed("annotate", annotate_module, packed,
+                                 texture_target(device_target, texture.profile))
+        conv_reads = texture_reads(annotated)
+        figures["convs"], figures["convs_reading_texture"] = conv_reads.calls, conv_reads.from_texture
+        optimized = timed("optimize", _under(device_target, [
+            tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
+        ], "texscope.optimize"), annotated)
+    figures["copies_left"] = plan_cost(optimized, device_target).copies
+    executable, source, lowered = None, "", None
+    if texture.kind == "opencl":
+        capture, planned = _CaptureKernelLaunches(), MemoryCapture()
+        with _with_instrument(capture), _with_instrument(planned):
+            executable = timed("codegen", lambda: tvm.compile(
+                optimized, target=device_target,
+                relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
+                tir_pipeline=TIR_PIPELINE,
+            ))
+        (lowered,) = capture.modules
+        memory = device_memory(planned.modules[-1])
+        figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
+        source = _device_source(executable)
+        kernels = kernel_signatures(source)
+        figures["kernels"] = len(kernels)
+        figures["kernels_with_images"] = sum("image2d" in params for params in kernels.values())
+    elif tvm.get_global_func(f"target.build.{texture.kind}", allow_missing=True) is None:
+        figures["codegen"] = (f"skipped: this TVM build has no {texture.kind} code generator "
+                              f"(target.build.{texture.kind}); the annotation is complete")
+    figures["build_s"] = round(sum(v for k, v in figures.items() if k.endswith("_s")), 3)
+    label = target if isinstance(target, str) else str(texture.target)
+    report = Report.from_plans(label, plans, figures)
+    return BuildResult(executable, source, report, optimized, lowered)
+
+
+def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
+                  atol: float = 1e-3, device=None) -> verify.Comparison:
+    """Build ``mod`` with texscope, run it on an OpenCL device, compare with the CPU.
+
+    Parameters
+    ----------
+    mod : IRModule
+        The model as the user wrote it (static shapes).
+    target : Target, tag, preset name or JSON
+        An OpenCL texture target, e.g. ``"adreno-opencl"``.
+    inputs : list of numpy arrays, optional
+        Inputs to main; random ones by default.
+    rtol, atol : float
+        Tolerances, as in ``numpy.allclose`` (1e-3 suits float32 reductions).
+    device : pyopencl.Device, optional
+        The first OpenCL device found by default (PoCL in CI).
+    """
+    inputs = verify.random_inputs(mod) if inputs is None else inputs
+    result = opencl.run(build(mod, target), inputs, device)
+    return verify.compare(result.outputs, verify.reference_outputs(mod, inputs), rtol, atol)

@@ -1,0 +1,264 @@
+"""Kernel schedules: TVM's Adreno dlight rules where they are right, the
+generic GPU rules elsewhere, and the fixes that make either write whole texels.
+
+Each choice here was made by running the kernels on OpenCL (PoCL):
+
+- ``dlight.adreno.Pool2D`` is not used: in TVM 0.27 it keeps one float of
+  accumulator for a 4-lane texel, so every NCHW4c pool output holds lane 3's
+  value four times.
+- Texture-writing kernels that no other rule takes go to
+  ``dlight.adreno.Fallback``, never to the generic GPU fallback: that one
+  stores one lane per thread, a scalar where ``write_imagef`` takes a texel.
+- TVM registers the Adreno rules for the "adreno" key only; without them a
+  Mali build computed wrong numbers, so they apply to every texture target.
+- Pools, fused pad-then-pack kernels and other kernels with one texture
+  output go to texscope's :class:`TexelWriter` first: TVM's Adreno fallback
+  fails on strided or padded pools (it decomposes the reduction before
+  caching the write), and on a channel-padding pack it leaves a
+  lane-dependent condition inside the texel store, which TVM's vectorizer
+  then rejects.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax, s_tir
+from tvm.s_tir import dlight
+
+from ..errors import TexscopeError
+from ..ir.graph import relax_bindings
+from ..knowledge.targets import TEXEL_LANES, is_texture_scope
+
+
+def _on_texture_target(rule: dlight.ScheduleRule, target: tvm.target.Target) -> bool:
+    return dlight.ScheduleRule.is_target_available(rule, target) and "texture" in target.keys
+
+
+def _static_params(func) -> bool:
+    return all(isinstance(d, tvm.tirx.IntImm)
+               for param in func.params if isinstance(param.ty, tvm.tirx.BufferType)
+               for d in param.ty.shape)
+
+
+def _apply_if_static(self, func, target, tunable):
+    # TVM's Adreno rules take extents for integers (int() of a symbolic size
+    # raises); a kernel of symbolic shape holds no texture and is left to the
+    # generic GPU rules.
+    if isinstance(func, tvm.tirx.PrimFunc) and not _static_params(func):
+        return None
+    return super(type(self), self).apply(func, target, tunable)
+
+
+def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
+    """An instance of one of TVM's Adreno dlight rules that also schedules for
+    other texture targets, and only kernels of static shape."""
+    return type(rule_class.__name__, (rule_class,), {
+        "is_target_available": _on_texture_target, "apply": _apply_if_static})()
+
+
+def _texture_params(func: tvm.tirx.PrimFunc) -> list:
+    return [param for param in func.params if is_texture_scope(_scope(param))]
+
+
+def _is_spatial(sch: s_tir.Schedule, block) -> bool:
+    return all(int(iv.iter_type) == tvm.tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
+
+
+def _writes_any(sch: s_tir.Schedule, block, params) -> bool:
+    return any(region.source.same_as(p) for region in sch.get(block).writes for p in params)
+
+
+_sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
+
+
+def _writes_one_like(sch: s_tir.Schedule, block, shape) -> bool:
+    writes = sch.get(block).writes
+    return len(writes) == 1 and tvm_ffi.structural_equal(writes[0].source.ty.shape, shape)
+
+
+class TexelWriter(dlight.ScheduleRule):
+    """One thread per output texel: the texel's four lanes (and any reduction
+    behind them) computed in registers, then stored with one vector write.
+
+    Matches a kernel writing one packed ``[d0, d1, d2, d3, 4]`` texture from
+    one block, fed by injective blocks (inlined here) and at most one other
+    block of the output's shape (a pool's sum before its division): fused
+    pad-then-pack kernels, pools, and element-wise tails.  Computing lanes in
+    registers keeps a lane-dependent condition (channel padding) out of the
+    vector store, and a reduction keeps a full texel of accumulators: two
+    things TVM 0.27's Adreno rules get wrong.
+    """
+
+    is_target_available = _on_texture_target
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        if not _texture_params(func):
+            return None
+        try:
+            return self._schedule(s_tir.Schedule(func), func.params, target)
+        except s_tir.ScheduleError:
+            return None
+
+    @staticmethod
+    def _schedule(sch, params, target):
+        root = sch.get_sblock("root")
+        for block in sch.get_child_blocks(root):
+            if not _writes_any(sch, block, params) and _is_spatial(sch, block):
+                sch.compute_inline(block)
+        blocks = sch.get_child_blocks(root)
+        writers = [b for b in blocks if _writes_any(sch, b, params)]
+        if (len(blocks) > 2 or len(writers) != 1 or len(sch.get(writers[0]).writes) != 1
+                or not _writes_any(sch, writers[0], _texture_params(sch.mod["main"]))):
+            return None
+        (compute,) = writers
+        others = [b for b in blocks if not b.same_as(compute)]
+        # A producer is computed again for every texel: only one computing
+        # that texel's own values (a pool's sum) is worth it; a reduction
+        # over more (layer_norm's mean) is left to the other rules.
+        shape = sch.get(compute).writes[0].source.ty.shape
+        if not all(_writes_one_like(sch, producer, shape) for producer in others):
+            return None
+        store = sch.cache_write(compute, 0, "local")
+        *outer, lane = sch.get_loops(store)
+        if len(outer) != 4 or sch.get(lane).extent.value != TEXEL_LANES:
+            return None
+        threads = int(target.attrs.get("max_threads_per_block", 64))
+        block_x, thread_x = sch.split(sch.fuse(*outer), [None, threads])
+        sch.bind(block_x, "blockIdx.x")
+        sch.bind(thread_x, "threadIdx.x")
+        sch.vectorize(lane)
+        sch.compute_at(compute, thread_x)
+        for producer in others:
+            sch.set_scope(producer, 0, "local")
+            sch.compute_at(producer, thread_x)
+        for block in (compute, *others):
+            TexelWriter._vectorize_lanes(sch, block, thread_x)
+        return sch
+
+    @staticmethod
+    def _vectorize_lanes(sch, block, thread_x):
+        """Lanes innermost and vectorized, so each step reads whole texels.
+
+        Where a lane-dependent condition (channel padding) forbids it, TVM
+        turns the loop back into scalars: these blocks write registers, not
+        the texture, so that is still correct.  Left alone unless the loops
+        under the thread are exactly the texel's lanes and reduction loops.
+        """
+        loops = sch.get_loops(block)
+        thread_loop = sch.get(thread_x)
+        inner = loops[[sch.get(loop).same_as(thread_loop) for loop in loops].index(True) + 1:]
+        bindings = list(zip(sch.get(block).iter_vars, _sblock_realize(sch, block).iter_values))
+        spatial = [v for iv, v in bindings if int(iv.iter_type) == tvm.tirx.IterVar.DataPar]
+        reduced = [v for iv, v in bindings if int(iv.iter_type) == tvm.tirx.IterVar.CommReduce]
+
+        def loop_of(value):
+            return next((loop for loop in inner if sch.get(loop).loop_var.same_as(value)), None)
+
+        lane = loop_of(spatial[-1]) if spatial else None
+        reductions = [loop for loop in map(loop_of, reduced) if loop is not None]
+        if lane is None or len(reductions) + 1 != len(inner):
+            return
+        if reductions:
+            sch.reorder(*reductions, lane)
+        sch.vectorize(lane)
+
+
+class EpilogueConv2d(dlight.ScheduleRule):
+    """TVM's Adreno Conv2d rule, after inlining every element-wise block
+    that writes no output into its readers, in order.
+
+    A PReLU written element-wise (``max(x, 0) + min(x, 0) * alpha``) reads
+    the conv's result twice; TVM's rule inlines only blocks with one consumer,
+    leaves the rest unscheduled and the kernel's texture store off GPU
+    threads.  Inlined, the epilogue is one block, recomputing an add per
+    reader (cheaper than another kernel).
+    """
+
+    is_target_available = _on_texture_target
+
+    def __init__(self):
+        self.conv2d = _on_every_texture_target(dlight.adreno.Conv2d)
+
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        for block in sch.get_child_blocks(sch.get_sblock("root")):
+            if (_is_spatial(sch, block)
+                    and not _writes_any(sch, block, func.params)
+                    and not dlight.analysis.get_sblock_info(sch, block).is_data_pad(sch)):
+                try:
+                    sch.compute_inline(block)
+                except s_tir.ScheduleError:
+                    pass
+        return self.conv2d.apply(sch, target, tunable)
+
+
+def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether some store into a texture lies outside every thread-bound loop."""
+    depth, found = [0], []
+
+    def visit(value, visitor):
+        if isinstance(value, tvm.tirx.For) and value.thread_binding is not None:
+            depth[0] += 1
+            visitor.default_visit(value)
+            depth[0] -= 1
+            return
+        if isinstance(value, tvm.tirx.BufferStore) and not depth[0] \
+                and is_texture_scope(_scope(value.buffer)):
+            found.append(value)
+            return
+        visitor.default_visit(value)
+
+    tvm_ffi.structural_visit(func.body, visit)
+    return bool(found)
+
+
+def _scope(buffer) -> str:
+    ty = getattr(buffer, "ty", None)
+    return str(ty.storage_scope) if isinstance(ty, tvm.tirx.BufferType) else ""
+
+
+def _caller(mod: tvm.IRModule, gvar) -> tuple[str, str] | tuple[None, None]:
+    """The first (function, binding) calling ``gvar``."""
+    for function, binding in relax_bindings(mod):
+        value = binding.value
+        if isinstance(value, relax.Call) and value.args and value.args[0].same_as(gvar):
+            return function.name_hint, binding.var.name
+    return None, None
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.RequireTextureKernelsOnThreads")
+def RequireTextureKernelsOnThreads(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
+    """A TexscopeError for a kernel storing into a texture outside GPU threads
+    (a schedule that left it unbound): compiled for the host, it would crash
+    the build."""
+    for gvar, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and _texture_params(func) \
+                and _texture_stores_off_threads(func):
+            function, binding = _caller(mod, gvar)
+            raise TexscopeError(
+                f"no schedule puts the texture stores of kernel {gvar.name_hint!r} on GPU "
+                "threads; its registry entry should not offer a texture output",
+                function, binding)
+    return mod
+
+
+def schedule_passes() -> list:
+    """The dlight rules, in the order they are tried (see the module docstring),
+    then a check that every texture kernel runs on GPU threads."""
+    return [
+        dlight.ApplyDefaultSchedule(
+            EpilogueConv2d(),
+            _on_every_texture_target(dlight.adreno.LayoutTransform),
+            TexelWriter(),
+            _on_every_texture_target(dlight.adreno.Fallback),
+        ),
+        dlight.ApplyDefaultSchedule(
+            dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
+        ),
+        RequireTextureKernelsOnThreads,
+    ]

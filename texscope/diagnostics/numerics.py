@@ -1,0 +1,53 @@
+"""Outputs compared with their references, without TVM (the portable replay
+uses it where only numpy is installed)."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from ..errors import TexscopeError
+
+
+@attrs.frozen
+class Comparison:
+    """Outputs of two modules on the same inputs."""
+
+    outputs: int
+    max_abs_error: float
+    max_rel_error: float
+    ok: bool
+
+
+def compare(actual, expected, rtol: float = 1e-4, atol: float = 1e-4) -> Comparison:
+    """Compare two lists of outputs as ``numpy.allclose`` does, with the largest errors.
+
+    A NaN or infinity in ``actual`` is a mismatch.
+
+    Raises
+    ------
+    TexscopeError
+        If ``expected`` holds a NaN or an infinity: the inputs are not valid
+        for the model, and a comparison would prove nothing.
+    """
+    actual, expected = list(actual), list(expected)
+    for position, reference in enumerate(expected):
+        if not np.all(np.isfinite(reference)):
+            raise TexscopeError(
+                f"the reference output {position} holds NaN or infinity: the inputs are "
+                "not valid for the model (a negative variance?), so nothing can be compared")
+    if len(expected) != len(actual):
+        return Comparison(len(expected), float("inf"), float("inf"), False)
+    if any(a.shape != e.shape for a, e in zip(actual, expected)):
+        return Comparison(len(expected), float("inf"), float("inf"), False)
+    ok = all(np.allclose(a, e, rtol=rtol, atol=atol) for a, e in zip(actual, expected))
+    with np.errstate(invalid="ignore"):
+        errors = [np.abs(a.astype("float64") - e) for a, e in zip(actual, expected)]
+    if not all(np.all(np.isfinite(err)) for err in errors):
+        return Comparison(len(expected), float("inf"), float("inf"), False)
+    abs_err = max((float(err.max(initial=0.0)) for err in errors), default=0.0)
+    rel_err = max(
+        (float((err / (np.abs(e) + atol)).max(initial=0.0)) for err, e in zip(errors, expected)),
+        default=0.0,
+    )
+    return Comparison(len(expected), abs_err, rel_err, ok)

@@ -1,0 +1,133 @@
+"""What was decided for every tensor, and why, as data people and tools read."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import attrs
+
+from ..collect_producer import ProducerInfo
+from ..knowledge.targets import describe_flavour, is_texture_scope
+
+
+@attrs.frozen
+class TensorRow:
+    function: str
+    index: int  # names need not be unique in Relax; indices are
+    name: str
+    origin: str
+    shape: tuple | None
+    dtype: str
+    nbytes: int
+    scope: str
+    reason: str
+    consumers: tuple[str, ...]
+
+
+@attrs.frozen
+class CopyRow:
+    function: str
+    tensor: str
+    source: str
+    destination: str
+    nbytes: int
+    readers: tuple[str, ...]
+
+
+@attrs.frozen
+class EdgeRow:
+    """A kernel reading tensor ``source`` to write tensor ``target`` (indices
+    into the function's tensors); ``copied`` when it reads a copy."""
+
+    function: str
+    source: int
+    target: int
+    kernel: str
+    copied: bool
+
+
+@attrs.frozen
+class Report:
+    """Per tensor: shape, dtype, scope and reason; the copies planned; totals.
+
+    ``build`` holds figures of the build (kernels, copies left after fusion,
+    stage times) when the report comes from :func:`texscope.build`.
+    """
+
+    target: str
+    tensors: tuple[TensorRow, ...]
+    copies: tuple[CopyRow, ...]
+    build: dict = attrs.field(factory=dict)
+    edges: tuple[EdgeRow, ...] = ()
+
+    @classmethod
+    def from_plans(cls, target: str, plans: dict[str, ProducerInfo], build=None) -> "Report":
+        tensors, copies, edges = [], [], []
+        for function, plan in sorted(plans.items()):
+            graph = plan.graph
+            for site in graph.calls:
+                for operand, source in enumerate(site.operands):
+                    if source is None:
+                        continue
+                    copied = plan.reads[site.index][operand] != plan.choices[source].scope
+                    for written in site.outputs:
+                        edges.append(EdgeRow(function, source, written, site.support.name, copied))
+            for tensor, choice, demands in zip(plan.graph.tensors, plan.choices,
+                                               plan.consumers.demands):
+                tensors.append(TensorRow(
+                    function, tensor.index, tensor.name, tensor.origin, tensor.shape, tensor.dtype,
+                    tensor.nbytes, choice.scope, choice.reason,
+                    tuple(f"{d.consumer} ({d.entry}: {'/'.join(sorted(s.value for s in d.accepts))})"
+                          for d in demands),
+                ))
+                for destination in choice.copied_to:
+                    copies.append(CopyRow(function, tensor.name, choice.scope, destination,
+                                          tensor.nbytes, choice.copied_for))
+        return cls(target, tuple(tensors), tuple(copies), dict(build or {}), tuple(edges))
+
+    def counts(self) -> dict[str, int]:
+        """Tensors per memory scope."""
+        return dict(sorted(Counter(row.scope for row in self.tensors).items()))
+
+    def summary(self) -> dict:
+        textures = sum(n for scope, n in self.counts().items() if is_texture_scope(scope))
+        return {
+            "target": self.target,
+            "tensors": len(self.tensors),
+            "in_texture": textures,
+            "in_buffer": len(self.tensors) - textures,
+            "planned_copies": len(self.copies),
+            "planned_copy_bytes": sum(c.nbytes for c in self.copies),
+            **self.build,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"summary": self.summary(), "scopes": self.counts(),
+             "tensors": [attrs.asdict(t) for t in self.tensors],
+             "copies": [attrs.asdict(c) for c in self.copies]},
+            indent=2,
+        )
+
+    def to_markdown(self) -> str:
+        lines = ["# texscope report", ""]
+        lines += [f"- {k.replace('_', ' ')}: {v}" for k, v in self.summary().items()]
+        lines += ["", "## Tensors per scope", ""]
+        lines += [f"- `{scope}`: {n}" for scope, n in self.counts().items()]
+        lines += ["", "What the texture scopes (flavours) mean:", ""]
+        lines += [f"- {describe_flavour(scope)}" for scope in self.counts() if is_texture_scope(scope)]
+        lines += ["", "## Tensors", "",
+                  "| function | tensor | shape | dtype | bytes | scope | reason |",
+                  "|---|---|---|---|---|---|---|"]
+        for t in self.tensors:
+            shape = "x".join(map(str, t.shape)) if t.shape else "symbolic"
+            lines.append(f"| {t.function} | {t.name} | {shape} | {t.dtype} | {t.nbytes} | "
+                         f"`{t.scope}` | {t.reason} |")
+        lines += ["", "## Copies", ""]
+        if not self.copies:
+            lines.append("None.")
+        for c in self.copies:
+            lines.append(f"- {c.function}/{c.tensor}: `{c.source}` -> `{c.destination}`, "
+                         f"{c.nbytes} bytes, for {', '.join(c.readers)}")
+        return "\n".join(lines) + "\n"

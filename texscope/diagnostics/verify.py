@@ -1,0 +1,298 @@
+"""Checks that keep the planner honest.
+
+:func:`check_invariants` reads an annotated module and lists what is wrong
+with it; :func:`equivalent` runs a module before and after annotation on the
+CPU and compares the numbers (memory scopes do not change values, so they are
+stripped first).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..rewrites.legalize import PACKED_CONV
+from ..knowledge import registry
+from ..errors import TexscopeError
+from .numerics import Comparison, compare  # noqa: F401  (verify's API)
+from ..ir.graph import DPS_OPS, annotated_functions, dps_inputs
+from ..ir.rebuild import Constant, Rebuilder, replace_functions, with_vdevice
+from ..knowledge.registry import Storage
+from ..knowledge.targets import FLAVOUR_AXES, TextureTarget, is_texture_scope, texture_target
+
+MOVES = frozenset({"relax.to_vdevice", "relax.hint_on_device"})
+
+
+@attrs.frozen
+class Violation:
+    """One broken invariant, located."""
+
+    function: str
+    binding: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.function}/{self.binding}: {self.message}"
+
+
+def _tensor_types(ty):
+    if isinstance(ty, relax.TensorType):
+        yield ty
+    elif isinstance(ty, relax.TupleType):
+        for field in ty.fields:
+            yield from _tensor_types(field)
+
+
+def _scope(ty: relax.TensorType) -> str | None:
+    return None if ty.vdevice is None else str(ty.vdevice.memory_scope)
+
+
+def _flavour_fits(texture: TextureTarget, ty: relax.TensorType, flavour: str) -> str | None:
+    """Why a texture of this type and flavour is impossible, or None."""
+    shape = ty.shape.values if isinstance(ty.shape, relax.ShapeExpr) else None
+    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+        return "a texture needs a static shape"
+    dims = [int(d) for d in shape]
+    if len(dims) != 5 or dims[-1] != 4:
+        return f"a texture needs a 5-D shape with inner axis 4, not {dims}"
+    if flavour not in FLAVOUR_AXES:
+        return f"unknown texture flavour {flavour}"
+    extents = [int(np.prod([dims[a] for a in group])) for group in FLAVOUR_AXES[flavour]]
+    limits = [texture.depth_limit, texture.spatial_limit, texture.spatial_limit]
+    if any(e > lim for e, lim in zip(extents, limits)):
+        return f"{flavour} of {extents[0]}x{extents[1]}x{extents[2]} texels exceeds the limits"
+    return None
+
+
+class _Checker:
+    def __init__(self, mod: tvm.IRModule, texture: TextureTarget):
+        self.mod = mod
+        self.texture = texture
+        self.listed = {v.__chandle__() for v in mod.global_infos.get("vdevice", [])}
+        self.violations: list[Violation] = []
+        self.function = ""
+
+    def flag(self, binding: str, message: str) -> None:
+        self.violations.append(Violation(self.function, binding, message))
+
+    def check_type(self, name: str, ty) -> None:
+        for tensor in _tensor_types(ty):
+            if tensor.vdevice is None:
+                self.flag(name, "tensor has no VDevice")
+                continue
+            if tensor.vdevice.__chandle__() not in self.listed:
+                self.flag(name, f"VDevice {_scope(tensor)} is not listed in global_infos")
+            scope = _scope(tensor)
+            if is_texture_scope(scope) and (why := _flavour_fits(self.texture, tensor, scope)):
+                self.flag(name, why)
+
+    def check_call(self, name: str, call: relax.Call, var_ty) -> None:
+        if isinstance(call.op, relax.GlobalVar):
+            return
+        if call.op.name in MOVES:
+            return
+        declared = call.ty_args[0] if call.ty_args else None
+        if declared is None or any(t.vdevice is None for t in _tensor_types(declared)):
+            self.flag(name, "call without a VDevice in ty_args")
+            return
+        written = [_scope(t) for t in _tensor_types(declared)]
+        if written != [_scope(t) for t in _tensor_types(var_ty)]:
+            self.flag(name, f"bound as {var_ty} but the call writes {declared}")
+        support = registry.support_for(call, self.mod)
+        for field, scope in enumerate(written):
+            if is_texture_scope(scope) and Storage.TEXTURE not in support.output(field):
+                self.flag(name, f"{support.name} cannot write a texture (output {field})")
+        for operand, arg in enumerate(dps_inputs(call)):
+            for tensor in _tensor_types(arg.ty):
+                if is_texture_scope(_scope(tensor)) and Storage.TEXTURE not in support.input(operand):
+                    self.flag(name, f"{support.name} cannot read a texture (operand {operand})")
+
+    def run(self) -> list[Violation]:
+        for gvar in annotated_functions(self.mod):
+            self.function = gvar.name_hint
+            func = self.mod[gvar]
+            for param in func.params:
+                self.check_type(param.name, param.ty)
+            for block in func.body.blocks:
+                for binding in block.bindings:
+                    name = binding.var.name
+                    self.check_type(name, binding.var.ty)
+                    if isinstance(binding.value, relax.Call):
+                        self.check_call(name, binding.value, binding.var.ty)
+        return self.violations
+
+
+def check_invariants(mod: tvm.IRModule, target) -> list[Violation]:
+    """What is wrong with a module annotated for ``target``; empty when nothing.
+
+    Checked for every annotated function: every tensor (parameter, binding,
+    tuple field) has a VDevice listed in ``global_infos["vdevice"]``; every
+    texture is 5-D with inner axis 4, static, and within the limits of its
+    flavour; every call has ``ty_args`` with a VDevice, and its result is
+    bound with the scopes it writes; no kernel reads or writes a texture the
+    registry says it cannot.  A tensor read in another scope than written
+    goes through ``to_vdevice``, which the IR's own typing enforces.
+    """
+    return _Checker(mod, texture_target(target)).run()
+
+
+def _strip_type(ty):
+    if isinstance(ty, relax.TensorType):
+        return with_vdevice(ty, None)
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([_strip_type(f) for f in ty.fields])
+    return ty
+
+
+def strip_scopes(mod: tvm.IRModule) -> tvm.IRModule:
+    """The module with every VDevice and copy between scopes removed."""
+    functions = {}
+    for gvar in annotated_functions(mod):
+        func = mod[gvar]
+        rebuilder = Rebuilder(mod)
+        params = []
+        for param in func.params:
+            new = relax.Var(param.name, _strip_type(param.ty))
+            rebuilder.var_map[param] = new
+            params.append(new)
+
+        def leaf(expr, rebuilder=rebuilder):
+            if isinstance(expr, Constant):
+                return Constant(expr.value, _strip_type(expr.ty))
+            if isinstance(expr, relax.Tuple):
+                return relax.Tuple([leaf(f) for f in expr.fields])
+            return rebuilder.substitute(expr)
+
+        def rewrite(binding, leaf=leaf):
+            value = binding.value
+            if not isinstance(value, relax.Call):
+                return leaf(value)
+            if isinstance(value.op, tvm.ir.Op) and value.op.name in MOVES:
+                return leaf(value.args[0])
+            args = [leaf(a) for a in value.args]
+            ty_args = [_strip_type(t) for t in value.ty_args]
+            if isinstance(value.op, tvm.ir.Op) and value.op.name not in DPS_OPS:
+                ty_args = []  # the operator infers its own type again
+            return relax.Call(value.op, args, value.attrs, ty_args)
+
+        functions[gvar] = rebuilder.run(func, params, rewrite)
+    stripped = replace_functions(mod, functions)
+    infos = {k: v for k, v in stripped.global_infos.items() if k != "vdevice"}
+    return tvm.IRModule(stripped.functions, attrs=None, global_infos=infos)
+
+
+def _run_on_cpu(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    with tvm.target.Target("llvm"):
+        # The default legalization leaves packed convs to texscope's compute,
+        # which is target-independent.
+        mod = relax.transform.LegalizeOps()(mod)
+        mod = relax.transform.LegalizeOps(PACKED_CONV)(mod)
+    executable = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return [r.numpy() for r in _flatten(result)]
+
+
+def _flatten(value):
+    if isinstance(value, (list, tuple, tvm_ffi_array)):
+        for item in value:
+            yield from _flatten(item)
+    else:
+        yield value
+
+
+tvm_ffi_array = type(tvm.runtime.convert([1]))
+
+
+# What a parameter is to the operator that reads it, by (operator, operand):
+# test data must be valid for its operators, so weights are scaled by their
+# fan-in and batch-norm statistics are near the identity (variances positive).
+_ROLES = {
+    ("relax.nn.conv2d", 1): "weight",
+    ("relax.nn.conv2d_transpose", 1): "weight",
+    ("relax.matmul", 1): "weight",
+    ("relax.nn.batch_norm", 1): "scale",
+    ("relax.nn.batch_norm", 2): "shift",
+    ("relax.nn.batch_norm", 3): "shift",
+    ("relax.nn.batch_norm", 4): "variance",
+    ("relax.nn.layer_norm", 1): "scale",
+    ("relax.nn.layer_norm", 2): "shift",
+}
+
+
+def fan_in(op: str, shape: list[int]) -> int:
+    """Inputs summed into one output element by a weight of this shape."""
+    if op == "relax.matmul":
+        return shape[-2]
+    if op == "relax.nn.conv2d_transpose":  # IOHW
+        return shape[0] * math.prod(shape[2:])
+    return math.prod(shape[1:])  # OIHW: per group, input channels times window
+
+
+def parameter_roles(mod: tvm.IRModule) -> dict[relax.Var, tuple[str, str]]:
+    """Per parameter of ``main`` read directly by an operator listed in the
+    table above, its role and that operator."""
+    roles = {}
+    params = set(mod["main"].params)
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            call = binding.value
+            if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+                continue
+            for operand, arg in enumerate(call.args):
+                role = _ROLES.get((call.op.name, operand))
+                if role is not None and arg in params:
+                    roles.setdefault(arg, (role, call.op.name))
+    return roles
+
+
+def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
+    """Random arrays for main's parameters (static shapes), valid for their operators.
+
+    Weights are uniform with variance 1 / fan-in; batch-norm and layer-norm
+    scales uniform in [0.75, 1.25], shifts and means in [-0.25, 0.25],
+    variances in [0.5, 1.5]; everything else uniform in [-1, 1].
+    """
+    rng = np.random.default_rng(seed)
+    roles = parameter_roles(mod)
+    arrays = []
+    for param in mod["main"].params:
+        shape = [int(d) for d in param.ty.shape.values]
+        role, op = roles.get(param, ("data", ""))
+        if role == "weight":
+            high = math.sqrt(3.0 / max(fan_in(op, shape), 1))
+            low = -high
+        else:
+            low, high = {"scale": (0.75, 1.25), "shift": (-0.25, 0.25),
+                         "variance": (0.5, 1.5), "data": (-1.0, 1.0)}[role]
+        arrays.append(rng.uniform(low, high, shape).astype(str(param.ty.dtype)))
+    return arrays
+
+
+def equivalent(before: tvm.IRModule, after: tvm.IRModule, inputs=None,
+               rtol: float = 1e-4, atol: float = 1e-4) -> Comparison:
+    """Run ``before`` and ``after`` (scopes stripped) on the CPU and compare.
+
+    Parameters
+    ----------
+    before, after : IRModule
+        The module before the texture pipeline and after it.
+    inputs : list of numpy arrays, optional
+        Inputs to main; random ones by default.
+    rtol, atol : float
+        Tolerances, as in ``numpy.allclose``.
+    """
+    inputs = random_inputs(before) if inputs is None else inputs
+    return compare(_run_on_cpu(strip_scopes(after), inputs), reference_outputs(before, inputs),
+                   rtol, atol)
+
+
+def reference_outputs(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """``mod`` (before any texscope pass) compiled for ``llvm`` and run on ``inputs``."""
+    # Stage 1 compiles for inference, as TVM's own pipeline does: batch norm
+    # uses its moving statistics, so the reference must too.
+    return _run_on_cpu(relax.transform.DecomposeOpsForInference()(mod), inputs)

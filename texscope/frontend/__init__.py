@@ -1,0 +1,1 @@
+"""Reading model files: TVMScript, ONNX and TFLite, with the model's names."""

@@ -1,0 +1,150 @@
+"""The model's own tensor names through stage 1.
+
+Stage 1 (decomposition, layout conversion, legalization) emits temporaries
+with a fresh-name counter that knows nothing of the model's names, so a
+decomposed model holds several ``lv3``, none of them necessarily the model's.
+:func:`ConvertKeepingNames` marks every variable of the model before stage 1,
+then gives the model's variables their names back and names each temporary
+after the model tensor it comes from (``stem_bn_var_sqrt``), unique per
+function.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..convert_layout import ConvertToPackedLayout
+from ..errors import TexscopeError
+from ..ir.graph import dps_inputs
+
+_MARKER = re.compile(r"__texscope_(\d+)__")
+# Prefixes and numbering TVM gives the PrimFuncs it legalizes to.
+_KERNEL_NAME = re.compile(r"^(?:te_|tir_)?(.*?)\d*$")
+
+
+def _relax_functions(mod: tvm.IRModule):
+    return [(g, f) for g, f in mod.functions.items() if isinstance(f, relax.Function)]
+
+
+def _binding_vars(func: relax.Function):
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            yield binding
+
+
+def _renamed(func: relax.Function, names: dict) -> relax.Function:
+    """``func`` with each variable in ``names`` replaced by one named anew."""
+    memo = {}
+
+    def rename(var):
+        if var in names and var not in memo:
+            kind = relax.DataflowVar if isinstance(var, relax.DataflowVar) else relax.Var
+            memo[var] = kind(names[var], var.ty)
+        return memo.get(var, var)
+
+    return tvm_ffi.structural_map(func, (relax.Var, rename))
+
+
+def mark_names(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
+    """Every Relax variable renamed to a numbered marker; the names, by number."""
+    originals: list[str] = []
+    functions = dict(mod.functions)
+    for gvar, func in _relax_functions(mod):
+        names = {}
+        for var in [*func.params, *(b.var for b in _binding_vars(func))]:
+            names[var] = f"__texscope_{len(originals)}__"
+            originals.append(var.name)
+        functions[gvar] = _renamed(func, names)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos), originals
+
+
+def _operation(value) -> str:
+    if isinstance(value, relax.Call):
+        if isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.call_tir":
+            return _KERNEL_NAME.match(value.args[0].name_hint).group(1) or "kernel"
+        if isinstance(value.op, tvm.ir.Op):
+            return value.op.name.rsplit(".", 1)[-1]
+        return getattr(value.op, "name_hint", "call")
+    if isinstance(value, relax.TupleGetItem):
+        return f"field{value.index}"
+    return "value"
+
+
+def _sources(value) -> list:
+    if isinstance(value, relax.Call):
+        return dps_inputs(value)
+    if isinstance(value, relax.TupleGetItem):
+        return [value.tuple_value]
+    if isinstance(value, relax.Tuple):
+        return list(value.fields)
+    return [value]
+
+
+def _unique(base: str, taken: set) -> str:
+    name, count = base, 1
+    while name in taken:
+        count += 1
+        name = f"{base}_{count}"
+    taken.add(name)
+    return name
+
+
+def restore_names(mod: tvm.IRModule, originals: list[str]) -> tvm.IRModule:
+    """The model's variables named as in the model, stage-1 temporaries named
+    ``<model tensor>_<operation>``; every name unique within its function."""
+    functions = dict(mod.functions)
+    for gvar, func in _relax_functions(mod):
+        variables = [*func.params, *(b.var for b in _binding_vars(func))]
+        marked = {v: int(m.group(1)) for v in variables if (m := _MARKER.fullmatch(v.name))}
+        taken: set = set()
+        names, root = {}, {}
+        for var in variables:  # the model's names first: temporaries never take one
+            if var in marked:
+                names[var] = root[var] = _unique(originals[marked[var]], taken)
+        for binding in _binding_vars(func):
+            var = binding.var
+            if var in names:
+                continue
+            found = _MARKER.search(var.name)
+            source = originals[int(found.group(1))] if found else next(
+                (root[s] for s in _sources(binding.value) if isinstance(s, relax.Var) and s in root),
+                None)
+            operation = _operation(binding.value)
+            root[var] = source or operation
+            names[var] = _unique(f"{source}_{operation}" if source else operation, taken)
+        functions[gvar] = _renamed(func, names)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _unmarked(text: str, originals: list[str]) -> str:
+    return _MARKER.sub(lambda m: originals[int(m.group(1))], text)
+
+
+def ConvertKeepingNames(target) -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+    """Stage 1 (:func:`ConvertToPackedLayout`) with the model's tensor names.
+
+    Parameters
+    ----------
+    target : tvm.target.Target or str
+        A texture-capable GPU target.
+
+    Returns
+    -------
+    tvm.ir.transform.Pass
+    """
+    convert = ConvertToPackedLayout(target)
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.ConvertKeepingNames")
+    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        marked, originals = mark_names(mod)
+        try:
+            packed = convert(marked)
+        except TexscopeError as err:  # its text names marked variables
+            raise TexscopeError(_unmarked(str(err), originals)) from None
+        return restore_names(packed, originals)
+
+    return run

@@ -1,0 +1,166 @@
+"""``.tflite`` files in, Relax modules out, through TVM's TFLite frontend.
+
+TVM's frontend reports what it cannot read as a bare ``NotImplementedError``
+("Custom operators are currently not supported") or as an exception from deep
+inside a converter (a ``TypeError`` on a sparse model's weights), naming
+neither the file nor the operator.  :func:`load_tflite` reads the model's
+operator list itself, so the error it raises names both: the custom operators
+(``Convolution2DTransposeBias``...) before the frontend is called, or the
+operator whose converter failed.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..errors import TexscopeError
+from ..ir.rebuild import rewrite_functions
+
+# A TFLite flatbuffer carries this file identifier at bytes 4..8.
+_IDENTIFIER = b"TFL3"
+# TFLite's own name for custom operators the frontend does convert.
+_CONVERTED_CUSTOM = {b"TFLite_Detection_PostProcess"}
+
+
+def _tflite_package():
+    try:
+        import tflite  # the flatbuffer schema TVM's frontend reads
+    except ImportError as err:
+        raise TexscopeError("TFLite models need the tflite package: "
+                            "pip install 'texscope[tflite]'") from err
+    return tflite
+
+
+def _operator_names(tflite) -> dict[int, str]:
+    return {code: name for name, code in vars(tflite.BuiltinOperator).items()
+            if not name.startswith("_")}
+
+
+def _operator_name(tflite, model, operator) -> str:
+    code = model.OperatorCodes(operator.OpcodeIndex())
+    # TFLite >= 2.4 keeps small codes in either field; the larger one is right.
+    builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+    if builtin == tflite.BuiltinOperator.CUSTOM:
+        return (code.CustomCode() or b"<unnamed custom>").decode()
+    return _operator_names(tflite).get(builtin, f"<builtin {builtin}>")
+
+
+def _custom_operators(tflite, model) -> Counter:
+    found = Counter()
+    for s in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(s)
+        for i in range(graph.OperatorsLength()):
+            code = model.OperatorCodes(graph.Operators(i).OpcodeIndex())
+            builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+            if builtin == tflite.BuiltinOperator.CUSTOM and code.CustomCode() not in _CONVERTED_CUSTOM:
+                found[_operator_name(tflite, model, graph.Operators(i))] += 1
+    return found
+
+
+def _sparse_tensors(model) -> int:
+    return sum(model.Subgraphs(s).Tensors(t).Sparsity() is not None
+               for s in range(model.SubgraphsLength())
+               for t in range(model.Subgraphs(s).TensorsLength()))
+
+
+def _failing_operator(tflite, model, traceback) -> str | None:
+    """The operator the frontend was converting when it failed, from its
+    ``convert_op_to_relax`` frame (the loop over the model's operators)."""
+    operator = None
+    while traceback is not None:
+        frame = traceback.tb_frame
+        if frame.f_code.co_name == "convert_op_to_relax" and "op" in frame.f_locals:
+            operator = frame.f_locals["op"]
+        traceback = traceback.tb_next
+    if operator is None:
+        return None
+    name = _operator_name(tflite, model, operator)
+    graph = model.Subgraphs(0)
+    outputs = [graph.Tensors(operator.Outputs(i)).Name().decode()
+               for i in range(operator.OutputsLength())]
+    return f"{name} (output {', '.join(outputs)})" if outputs else name
+
+
+def load_tflite(path) -> tvm.IRModule:
+    """Import a ``.tflite`` model as a Relax module.
+
+    Parameters
+    ----------
+    path : str or Path
+        The TFLite flatbuffer.
+
+    Returns
+    -------
+    tvm.IRModule
+        ``main`` takes the model's inputs in its own layout (NHWC for TFLite
+        image models); weights are constants.  PReLUs, which the frontend
+        flattens to 1-D, are rewritten element-wise in the activation's shape.
+
+    Raises
+    ------
+    TexscopeError
+        Naming the file, and the operator where the frontend cannot convert
+        one: a custom operator, or the operator whose conversion failed.
+    """
+    file = Path(path)
+    data = file.read_bytes()
+    if data[4:8] != _IDENTIFIER:
+        raise TexscopeError(f"{file}: not a TFLite flatbuffer (no {_IDENTIFIER.decode()} identifier)")
+    tflite = _tflite_package()
+    from tvm.relax.frontend.tflite import from_tflite
+
+    model = tflite.Model.GetRootAsModel(data, 0)
+    custom = _custom_operators(tflite, model)
+    if custom:
+        listed = ", ".join(f"{name} (x{count})" for name, count in sorted(custom.items()))
+        raise TexscopeError(f"{file}: TVM's TFLite frontend does not convert custom operators: {listed}")
+    try:
+        mod = from_tflite(model)
+    except Exception as err:  # the frontend raises anything; name where it was
+        operator = _failing_operator(tflite, model, sys.exc_info()[2])
+        where = f"operator {operator}" if operator else "the model"
+        note = ""
+        if _sparse_tensors(model):
+            note = (f" (the model has {_sparse_tensors(model)} sparse tensors, expanded by "
+                    "DENSIFY at run time: the operator's input is not stored dense)")
+        raise TexscopeError(f"{file}: TVM's TFLite frontend failed on {where}: "
+                            f"{type(err).__name__}: {err}{note}") from err
+    return _rewrite_flattened_prelu()(mod)
+
+
+def _rewrite_flattened_prelu() -> tvm.ir.transform.Pass:
+    """PReLU as two element-wise maxima: TVM's frontend flattens the
+    activation and the broadcast slopes to 1-D around ``R.nn.prelu(axis=0)``,
+    which no packed layout can follow (every PReLU would unpack and repack
+    its conv's output).  ``max(x, 0) + min(x, 0) * alpha``, alpha broadcast
+    in the activation's own shape, is the same function (exactly: one of the
+    two terms is zero) and packs."""
+    from tvm.relax.dpl import is_op, wildcard
+
+    data, alpha = wildcard(), wildcard()
+    flat_data = is_op("relax.reshape")(data, wildcard())
+    flat_alpha = is_op("relax.reshape")(is_op("relax.broadcast_to")(alpha, wildcard()), wildcard())
+    prelu = is_op("relax.nn.prelu")(flat_data, flat_alpha)
+    pattern = is_op("relax.reshape")(prelu, wildcard())
+
+    def rewrite(expr, matches):
+        x, slopes = matches[data], matches[alpha]
+        if not (tvm_ffi.structural_equal(matches[pattern].ty, x.ty)
+                and int(matches[prelu].attrs.axis) == 0):
+            return expr
+        zero = relax.const(0.0, x.ty.dtype)
+        return relax.op.add(relax.op.maximum(x, zero),
+                            relax.op.multiply(relax.op.minimum(x, zero), slopes))
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.RewriteFlattenedPrelu")
+    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return relax.transform.DeadCodeElimination()(
+            rewrite_functions(mod, [(pattern, rewrite)]))
+
+    return run

@@ -1,0 +1,2 @@
+"""Reading and rebuilding Relax IR: bindings, users, function rebuilding,
+and keeping TVM quiet."""

@@ -1,0 +1,328 @@
+"""The tensors of one Relax function and the calls that produce and read them.
+
+Both analyses and the rewrite walk the same :class:`FunctionGraph`, built once
+from the function's binding list (A-normal form, no visitor per node).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import tvm
+from tvm import relax
+
+from ..knowledge import registry
+from ..errors import TexscopeError
+from ..knowledge.registry import OpSupport
+from ..knowledge.targets import TextureFit, TextureTarget
+
+Constant = tvm.ir.expr.GenericConst
+
+# Calls in destination-passing style: (callee, (inputs...), ...) -> ty_args[0].
+DPS_OPS = frozenset({"relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed"})
+
+@attrs.frozen
+class Tensor:
+    """One tensor value: a parameter, a constant, or one output of a call.
+
+    Parameters
+    ----------
+    index : int
+        Position in :attr:`FunctionGraph.tensors`.
+    name : str
+        The variable that holds it (``"lv3[1]"`` for a tuple field).
+    origin : str
+        ``"param"``, ``"call"`` or ``"constant"``.
+    shape : tuple of int or None
+        The static shape, None when any dimension is symbolic.
+    dtype : str
+        Element type.
+    fit : TextureFit
+        Whether and how it fits a texture on the target.
+    """
+
+    index: int
+    name: str
+    origin: str
+    shape: tuple[int, ...] | None
+    dtype: str
+    fit: TextureFit
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes, 0 when the shape is symbolic."""
+        if self.shape is None:
+            return 0
+        return math.prod(self.shape) * tvm.DataType(self.dtype).bits // 8
+
+
+@attrs.frozen
+class CallSite:
+    """One call binding, with the tensors it reads and writes.
+
+    Parameters
+    ----------
+    index : int
+        Position in :attr:`FunctionGraph.calls` (binding order).
+    name : str
+        The variable the call is bound to.
+    support : OpSupport
+        The registry entry describing the kernel.
+    operands : tuple of (int or None)
+        Per kernel input, the tensor read, None where the input is no tensor.
+    outputs : tuple of int
+        The tensors written, one per output field.
+    """
+
+    index: int
+    name: str
+    support: OpSupport
+    operands: tuple[int | None, ...]
+    outputs: tuple[int, ...]
+
+
+@attrs.frozen
+class FunctionGraph:
+    """The dataflow of one Relax function, in binding order.
+
+    Parameters
+    ----------
+    function : str
+        The function's global name.
+    tensors : tuple of Tensor
+        Every tensor value.
+    calls : tuple of CallSite
+        Every call binding, in order.
+    returned : tuple of int
+        Tensors the function returns.
+    params_are_buffers : bool
+        True when other Relax functions call this one: its signature is then
+        fixed to buffers.
+    params : tuple
+        Per parameter, its tensor index (a tuple of them for a tuple
+        parameter, None for a non-tensor).
+    constants : dict
+        Tensor index of each constant the function reads.
+    """
+
+    function: str
+    tensors: tuple[Tensor, ...]
+    calls: tuple[CallSite, ...]
+    returned: tuple[int, ...]
+    params_are_buffers: bool
+    params: tuple[object, ...] = ()
+    constants: dict = attrs.field(factory=dict, eq=False)
+    texture: TextureTarget | None = attrs.field(default=None, eq=False)
+    producers: dict = attrs.field(factory=dict, eq=False)
+
+    def producer(self, tensor: int) -> tuple[CallSite, int]:
+        """The call writing a tensor, and which of its outputs it is."""
+        return self.producers[tensor]
+
+    def tensor(self, name: str) -> Tensor:
+        """The tensor held by a variable (``"lv3[1]"`` for a tuple field)."""
+        for tensor in self.tensors:
+            if tensor.name == name:
+                return tensor
+        raise KeyError(name)
+
+
+def static_shape(ty: relax.TensorType) -> tuple[int, ...] | None:
+    """The static shape of a tensor type; None if symbolic or unknown."""
+    shape = ty.shape
+    if shape is None or not isinstance(shape, relax.ShapeExpr):
+        return None
+    dims = []
+    for dim in shape.values:
+        if not isinstance(dim, tvm.tirx.IntImm):
+            return None
+        dims.append(int(dim.value))
+    return tuple(dims)
+
+
+def dps_inputs(call: relax.Call) -> list[relax.Expr]:
+    """The kernel inputs of a call: the packed tuple of a DPS call, else its args."""
+    if isinstance(call.op, tvm.ir.Op) and call.op.name in DPS_OPS:
+        return list(call.args[1].fields)
+    return list(call.args)
+
+
+class _Builder:
+    def __init__(self, mod: tvm.IRModule, gvar: relax.GlobalVar, texture: TextureTarget,
+                 params_are_buffers: bool):
+        self.mod = mod
+        self.function = gvar.name_hint
+        self.texture = texture
+        self.params_are_buffers = params_are_buffers
+        self.tensors: list[Tensor] = []
+        self.calls: list[CallSite] = []
+        # Var -> tensor index, or a tuple (nested) of those for tuple values.
+        self.value_of: dict[relax.Var, object] = {}
+        self.constant_of: dict[Constant, int] = {}
+        # A call_tir's entry depends on its PrimFunc only.
+        self.support_of_callee: dict[relax.GlobalVar, OpSupport] = {}
+
+    def new_tensor(self, name: str, origin: str, ty: relax.TensorType) -> int:
+        shape = static_shape(ty)
+        dtype = str(ty.dtype)
+        index = len(self.tensors)
+        self.tensors.append(Tensor(index, name, origin, shape, dtype, self.texture.fit(shape, dtype)))
+        return index
+
+    def tensors_of_type(self, name: str, origin: str, ty) -> object:
+        if isinstance(ty, relax.TensorType):
+            return self.new_tensor(name, origin, ty)
+        if isinstance(ty, relax.TupleType):
+            return tuple(
+                self.tensors_of_type(f"{name}[{i}]", origin, field)
+                for i, field in enumerate(ty.fields)
+            )
+        return None
+
+    def resolve(self, expr: relax.Expr, binding: str) -> object:
+        if isinstance(expr, relax.Var):
+            return self.value_of.get(expr)
+        if isinstance(expr, Constant):
+            if expr not in self.constant_of:
+                self.constant_of[expr] = self.new_tensor(
+                    f"const{len(self.constant_of)}", "constant", expr.ty
+                )
+            return self.constant_of[expr]
+        if isinstance(expr, relax.Tuple):
+            return tuple(self.resolve(field, binding) for field in expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            whole = self.resolve(expr.tuple_value, binding)
+            return whole[expr.index] if isinstance(whole, tuple) else None
+        if isinstance(expr, (relax.If, relax.Function, relax.SeqExpr)):
+            raise TexscopeError(
+                f"{type(expr).__name__} values are not supported; texscope annotates "
+                "straight-line dataflow",
+                self.function,
+                binding,
+            )
+        return None
+
+    def add_call(self, var: relax.Var, call: relax.Call) -> None:
+        name = var.name
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+            callee = call.args[0]
+            if callee not in self.support_of_callee:
+                self.support_of_callee[callee] = registry.support_for(call, self.mod)
+            support = self.support_of_callee[callee]
+        else:
+            support = registry.support_for(call, self.mod)
+        operands = []
+        for arg in dps_inputs(call):
+            value = self.resolve(arg, name)
+            operands.append(value if isinstance(value, int) else None)
+        produced = self.tensors_of_type(name, "call", var.ty)
+        self.value_of[var] = produced
+        outputs = produced if isinstance(produced, tuple) else (produced,)
+        if not all(isinstance(o, int) for o in outputs):
+            outputs = ()  # nested tuples and non-tensor results stay as they are
+        self.calls.append(CallSite(len(self.calls), name, support, tuple(operands), outputs))
+
+    def build(self, func: relax.Function) -> FunctionGraph:
+        params = []
+        for param in func.params:
+            params.append(self.tensors_of_type(param.name, "param", param.ty))
+            self.value_of[param] = params[-1]
+        for block in func.body.blocks:
+            in_dataflow = isinstance(block, relax.DataflowBlock)
+            for binding in block.bindings:
+                var, value = binding.var, binding.value
+                if isinstance(value, relax.Call):
+                    if not in_dataflow:
+                        raise TexscopeError(
+                            "call outside a dataflow block; wrap the function body in "
+                            "R.dataflow() (relax.transform.ConvertToDataflow)",
+                            self.function,
+                            var.name,
+                        )
+                    self.add_call(var, value)
+                else:
+                    self.value_of[var] = self.resolve(value, var.name)
+        returned = self.resolve(func.body.body, "return")
+        return FunctionGraph(
+            function=self.function,
+            tensors=tuple(self.tensors),
+            calls=tuple(self.calls),
+            returned=tuple(_flatten(returned)),
+            params_are_buffers=self.params_are_buffers,
+            params=tuple(params),
+            constants=dict(self.constant_of),
+            texture=self.texture,
+            producers={t: (site, field) for site in self.calls for field, t in enumerate(site.outputs)},
+        )
+
+
+def _flatten(value: object):
+    if isinstance(value, int):
+        yield value
+    elif isinstance(value, tuple):
+        for field in value:
+            yield from _flatten(field)
+
+
+def build_graph(
+    mod: tvm.IRModule, gvar: relax.GlobalVar, texture: TextureTarget, params_are_buffers: bool
+) -> FunctionGraph:
+    """Build the dataflow graph of one Relax function."""
+    return _Builder(mod, gvar, texture, params_are_buffers).build(mod[gvar])
+
+
+def relax_bindings(mod: tvm.IRModule):
+    """Every binding of every Relax function, as (function's GlobalVar, binding)."""
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            for block in func.body.blocks:
+                for binding in block.bindings:
+                    yield gvar, binding
+
+
+def called_functions(mod: tvm.IRModule) -> set[str]:
+    """Names of the Relax functions that other Relax functions call."""
+    return {
+        binding.value.op.name_hint for _, binding in relax_bindings(mod)
+        if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, relax.GlobalVar)
+        and isinstance(mod[binding.value.op], relax.Function)
+    }
+
+
+def require_shapes(mod: tvm.IRModule) -> None:
+    """Raise unless every tensor a call reads or writes has a known shape.
+
+    (A shape-less tensor may exist, e.g. as the input of ``R.match_cast``.)
+    """
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                if not isinstance(binding.value, relax.Call):
+                    continue
+                operands = [*dps_inputs(binding.value), binding.var]
+                for expr in operands:
+                    ty = expr.ty
+                    if isinstance(ty, relax.TensorType) and not isinstance(ty.shape, relax.ShapeExpr):
+                        name = expr.name if isinstance(expr, relax.Var) else binding.var.name
+                        raise TexscopeError(
+                            "tensor has no known shape; texscope needs shapes (run the "
+                            "frontend with shapes, or R.match_cast to a shape)",
+                            gvar.name_hint,
+                            name,
+                        )
+
+
+def annotated_functions(mod: tvm.IRModule) -> list[relax.GlobalVar]:
+    """The Relax functions texscope annotates: all but fused primitive ones."""
+    return sorted(
+        (
+            gvar
+            for gvar, func in mod.functions.items()
+            if isinstance(func, relax.Function)
+            and not (func.attrs and int(func.attrs.get("Primitive", 0)))
+        ),
+        key=lambda g: g.name_hint,
+    )

@@ -1,0 +1,210 @@
+"""Cost profiles: the prices the optimal planner weighs, with where each came from.
+
+A profile says what a copy between a buffer and a texture costs (per byte
+and per launch) and, per kernel class, what reading its input from a texture
+and writing its output to one save against buffers.  The target presets ship
+default profiles (``texscope/knowledge/profiles/*.json``); ``texscope calibrate``
+measures one on an OpenCL device.  docs/cost-profile.md documents the file.
+
+This module imports neither TVM nor pyopencl: ``texscope calibrate`` runs
+where TVM is not installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+from ..errors import TexscopeError
+
+FORMAT = "texscope-cost-profile"
+VERSION = 1
+DEFAULTS_DIR = Path(__file__).parent / "profiles"
+# Which fields of a kernel class are prices (each a {"value", "source"} pair).
+GAINS = ("read_gain", "write_gain")
+
+
+@attrs.frozen
+class Price:
+    """One number of a profile and where it came from."""
+
+    value: float
+    source: str
+
+
+@attrs.frozen
+class KernelPrices:
+    """What texture access saves for one kernel class, as a fraction of the
+    bytes accessed, in bytes-copied equivalents (negative: what it costs).
+
+    ``read_gain`` prices reading the class's input from a texture rather than
+    a buffer; ``write_gain`` writing its output to one.
+    """
+
+    read_gain: Price
+    write_gain: Price
+
+
+@attrs.frozen
+class CostProfile:
+    """Prices for the planner (see docs/cost-profile.md for the file).
+
+    Attributes
+    ----------
+    device : mapping
+        The device it describes (name, platform, driver), or what the
+        defaults stand for.
+    copy_seconds_per_byte, copy_seconds_per_launch : Price
+        A buffer<->texture copy's time: per byte moved and per copy.
+    kernels : mapping of str to KernelPrices
+        Per kernel class (the registry's ``cost_class``).
+    origin : str
+        The file it was read from, or ``"built-in"``.
+    document : mapping
+        The whole JSON document, measurements included.
+    """
+
+    device: Mapping = attrs.field(converter=dict, eq=False)
+    copy_seconds_per_byte: Price
+    copy_seconds_per_launch: Price
+    kernels: Mapping[str, KernelPrices] = attrs.field(converter=dict)
+    origin: str = "built-in"
+    document: Mapping = attrs.field(factory=dict, converter=dict, eq=False, repr=False)
+
+    @property
+    def copy_launch_bytes(self) -> float:
+        """A copy's launch, in bytes a copy moves in the same time."""
+        return self.copy_seconds_per_launch.value / self.copy_seconds_per_byte.value
+
+    def seconds(self, nbytes: float) -> float:
+        """The time a copy of ``nbytes`` would take, without its launch:
+        plan costs in bytes convert to seconds by it."""
+        return nbytes * self.copy_seconds_per_byte.value
+
+    def read_gain(self, support) -> float:
+        """What a texture read by ``support``'s kernel saves per byte read: its
+        cost class's price, or the entry's own ``texture_gain`` when this
+        profile does not price the class."""
+        prices = self.kernels.get(getattr(support, "cost_class", None))
+        return prices.read_gain.value if prices is not None else support.texture_gain
+
+    def write_gain(self, support) -> float:
+        """What a texture write by ``support``'s kernel saves per byte written
+        (its entry's ``texture_write_gain`` when the class is not priced)."""
+        prices = self.kernels.get(getattr(support, "cost_class", None))
+        return prices.write_gain.value if prices is not None else support.texture_write_gain
+
+    def with_gains(self, read: float, write: float, source: str) -> "CostProfile":
+        """This profile with every kernel class priced ``read`` / ``write``
+        (a bench uses it to put every eligible tensor in a texture)."""
+        prices = KernelPrices(Price(read, source), Price(write, source))
+        return attrs.evolve(self, kernels={name: prices for name in self.kernels},
+                            origin=f"{self.origin} ({source})")
+
+    def describe(self) -> str:
+        name = self.device.get("name", "?")
+        return (f"{self.origin}: {name}; copy {self.copy_seconds_per_byte.value * 1e9:.3g} ns/byte "
+                f"+ {self.copy_seconds_per_launch.value * 1e6:.3g} us/launch; "
+                + ", ".join(f"{k} read {v.read_gain.value:+.3g} write {v.write_gain.value:+.3g}"
+                            for k, v in sorted(self.kernels.items())))
+
+
+def _price(value, where: str, positive: bool = False) -> Price:
+    if not isinstance(value, Mapping) or set(value) - {"value", "source"} or "value" not in value:
+        raise TexscopeError(f"{where}: expected {{\"value\": number, \"source\": text}}, "
+                            f"got {value!r}")
+    number, source = value["value"], value.get("source")
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+        raise TexscopeError(f"{where}: value {number!r} is not a finite number")
+    if positive and number <= 0:
+        raise TexscopeError(f"{where}: value {number!r} must be positive")
+    if not isinstance(source, str) or not source.strip():
+        raise TexscopeError(f"{where}: every number needs a \"source\" saying where it came from")
+    return Price(float(number), source)
+
+
+def from_document(document: Mapping, origin: str = "built-in") -> CostProfile:
+    """Validate a profile document (the parsed JSON) and make a CostProfile.
+
+    Raises
+    ------
+    TexscopeError
+        Naming ``origin`` and the field at fault.
+    """
+    if not isinstance(document, Mapping) or document.get("format") != FORMAT:
+        raise TexscopeError(f"{origin}: not a texscope cost profile (no \"format\": \"{FORMAT}\")")
+    if document.get("version") != VERSION:
+        raise TexscopeError(f"{origin}: profile version {document.get('version')!r}; "
+                            f"this texscope reads version {VERSION}")
+    device = document.get("device")
+    if not isinstance(device, Mapping) or not isinstance(device.get("name"), str):
+        raise TexscopeError(f"{origin}: \"device\" must be an object with a \"name\"")
+    copy = document.get("copy")
+    if not isinstance(copy, Mapping):
+        raise TexscopeError(f"{origin}: \"copy\" must be an object")
+    per_byte = _price(copy.get("seconds_per_byte"), f"{origin}: copy.seconds_per_byte", True)
+    per_launch = _price(copy.get("seconds_per_launch"), f"{origin}: copy.seconds_per_launch")
+    if per_launch.value < 0:
+        raise TexscopeError(f"{origin}: copy.seconds_per_launch must not be negative")
+    kernels = document.get("kernels")
+    if not isinstance(kernels, Mapping):
+        raise TexscopeError(f"{origin}: \"kernels\" must be an object of kernel classes")
+    prices = {}
+    for name, entry in kernels.items():
+        if not isinstance(entry, Mapping):
+            raise TexscopeError(f"{origin}: kernels.{name} must be an object")
+        gains = {g: _price(entry.get(g), f"{origin}: kernels.{name}.{g}") for g in GAINS}
+        prices[name] = KernelPrices(**gains)
+    return CostProfile(device, per_byte, per_launch, prices, origin, document)
+
+
+def load(path) -> CostProfile:
+    """Read and validate a profile file."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TexscopeError(f"no such cost profile: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise TexscopeError(f"cannot read cost profile {path}: {err}") from None
+    except json.JSONDecodeError as err:
+        raise TexscopeError(f"{path}, line {err.lineno}: not JSON ({err.msg})") from None
+    return from_document(document, str(path))
+
+
+@functools.lru_cache(maxsize=None)
+def default(name: str) -> CostProfile:
+    """The profile a target preset ships (``texscope/knowledge/profiles/<name>.json``)."""
+    path = DEFAULTS_DIR / f"{name}.json"
+    if not path.exists():
+        raise TexscopeError(f"no built-in cost profile {name!r}; there are "
+                            f"{sorted(p.stem for p in DEFAULTS_DIR.glob('*.json'))}")
+    return attrs.evolve(load(path), origin=f"built-in {name}")
+
+
+def resolve(profile, fallback: str) -> CostProfile:
+    """A CostProfile from a CostProfile, a path, a parsed document or None
+    (the preset's built-in ``fallback``)."""
+    if profile is None:
+        return default(fallback)
+    if isinstance(profile, CostProfile):
+        return profile
+    if isinstance(profile, Mapping):
+        return from_document(profile, "the profile given")
+    if isinstance(profile, (str, Path)):
+        return load(profile)
+    raise TexscopeError(f"a cost profile is a CostProfile, a file path or a parsed document, "
+                        f"not {type(profile).__name__}")
+
+
+def is_profile_file(path) -> bool:
+    """Whether ``path`` holds a texscope cost profile (one texscope may overwrite)."""
+    try:
+        return json.loads(Path(path).read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False

@@ -1,0 +1,544 @@
+"""What each operator's kernel accepts, per operand and per output, as data.
+
+The stages never test an operator by name: they ask :func:`support_for` what a
+call accepts and act on the answer.  An entry matches either a Relax operator
+call kept unlegalized by stage 1 (its attributes are still there), or a
+legalized PrimFunc by its ``op_pattern``.  Users add entries with
+:func:`register_op`; entries registered later take precedence.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+
+import attrs
+import tvm
+import tvm_ffi
+from tvm import relax
+
+# relay's OpPatternKind, as AnnotateTIROpPattern writes it on PrimFuncs.
+PATTERN_INJECTIVE = 2
+PATTERN_COMM_REDUCE = 3
+PATTERN_OUT_ELEMWISE_FUSABLE = 4
+PATTERN_OPAQUE = 8
+
+
+class Storage(enum.Enum):
+    """How a tensor is stored on the GPU."""
+
+    BUFFER = "buffer"
+    TEXTURE = "texture"
+
+
+ANY = frozenset({Storage.TEXTURE, Storage.BUFFER})
+TEXTURE = frozenset({Storage.TEXTURE})
+BUFFER = frozenset({Storage.BUFFER})
+
+
+def _repsets(value: Sequence[frozenset]) -> tuple[frozenset, ...]:
+    return tuple(frozenset(v) for v in value)
+
+
+OP_RECORD_ATTR = "texscope_op"
+
+# Element-wise operators of two operands that broadcast as numpy does: stage 1
+# gives their operands equal ranks so a 1-D bias does not keep a 4-D
+# activation out of the packed layout (texscope.rewrites.broadcast_rank).
+BROADCAST_BINARY_OPS = (
+    "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum",
+    "relax.minimum", "relax.power",
+)
+
+
+def recorded_op(call: relax.Call, mod: tvm.IRModule) -> tuple[str | None, Mapping]:
+    """The operator behind a call and its attribute values.
+
+    For a Relax operator call, its name and attributes; for a ``call_tir``,
+    what stage 1 recorded on the PrimFunc it legalized to (``texscope_op``).
+    """
+    if not isinstance(call.op, tvm.ir.Op):
+        return None, {}
+    if call.op.name == "relax.call_tir":
+        func = mod[call.args[0]]
+        record = func.attrs.get(OP_RECORD_ATTR) if func.attrs else None
+        if record is None:
+            return None, {}
+        return str(record["op"]), record
+    return call.op.name, call.attrs
+
+
+@attrs.frozen
+class OpKey:
+    """Matches calls of a Relax operator whose attributes have given values.
+
+    The call may be the Relax call itself, or a ``call_tir`` whose PrimFunc
+    stage 1 legalized from such a call.
+
+    Parameters
+    ----------
+    op : str
+        The operator, e.g. ``"relax.nn.max_pool2d"``.
+    where : mapping of str to str
+        Attribute values the call must have, compared as strings.
+    unless : mapping of str to str
+        Attribute values the call must not have.
+    """
+
+    op: str
+    where: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    unless: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+
+    def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
+        op, values = recorded_op(call, mod)
+        if op != self.op:
+            return False
+        return (all(str(_get(values, k)) == v for k, v in self.where.items())
+                and not any(str(_get(values, k)) == v for k, v in self.unless.items()))
+
+    def describe(self) -> str:
+        cond = [f"{k}={v}" for k, v in self.where.items()]
+        cond += [f"{k}!={v}" for k, v in self.unless.items()]
+        return f"{self.op}({', '.join(cond)})" if cond else self.op
+
+
+def _get(values, key: str):
+    if isinstance(values, tvm.ir.Attrs):
+        return getattr(values, key, None)
+    return values.get(key) if key in values else None
+
+
+def op_pattern_of(call: relax.Call, mod: tvm.IRModule) -> int:
+    """The ``op_pattern`` of a ``call_tir``'s PrimFunc; opaque for anything else."""
+    if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+        func = mod[call.args[0]]
+        if func.attrs and "op_pattern" in func.attrs:
+            return int(func.attrs["op_pattern"])
+    return PATTERN_OPAQUE
+
+
+@attrs.frozen
+class PatternKey:
+    """Matches a ``call_tir`` whose PrimFunc's ``op_pattern`` is at most a bound."""
+
+    max_pattern: int
+
+    def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
+        return op_pattern_of(call, mod) <= self.max_pattern
+
+    def describe(self) -> str:
+        return f"op_pattern <= {self.max_pattern}"
+
+
+def _stores(stmt):
+    """Every BufferStore under a TIR statement."""
+    if isinstance(stmt, tvm.tirx.BufferStore):
+        yield stmt
+        return
+    for child_name in ("seq", "block", "body", "init", "then_case", "else_case"):
+        child = getattr(stmt, child_name, None)
+        if child is None:
+            continue
+        for item in child if isinstance(child, (list, tvm_ffi.Array)) else [child]:
+            yield from _stores(item)
+
+
+def moves_elements_only(func: tvm.tirx.PrimFunc) -> bool:
+    """True for a kernel made of one store of a loaded element (or a pad value):
+    a legalized layout transform, which AnnotateTIROpPattern calls opaque."""
+    stores = list(_stores(func.body))
+    if len(stores) != 1:
+        return False
+    value = stores[0].value
+    op = getattr(value, "op", None)
+    if isinstance(op, tvm.ir.Op) and op.name == "tirx.if_then_else":
+        return any(isinstance(arg, tvm.ir.expr.TensorLoad) for arg in value.args[1:])
+    return isinstance(value, tvm.ir.expr.TensorLoad)
+
+
+@attrs.frozen
+class DataMovementKey:
+    """Matches a ``call_tir`` of an unrecorded PrimFunc that only moves elements."""
+
+    def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
+            return False
+        func = mod[call.args[0]]
+        return isinstance(func, tvm.tirx.PrimFunc) and moves_elements_only(func)
+
+    def describe(self) -> str:
+        return "call_tir(moves elements only)"
+
+
+def schedule_rules(func: tvm.tirx.PrimFunc) -> set[str]:
+    """The ``schedule_rule`` annotations on a PrimFunc's blocks (TOPI tags
+    its pools ``meta_schedule.pool_max`` / ``meta_schedule.pool_avg``)."""
+    rules = set()
+
+    def visit(value, visitor):
+        if isinstance(value, tvm.s_tir.stmt.SBlock) and "schedule_rule" in value.annotations:
+            rules.add(str(value.annotations["schedule_rule"]))
+        visitor.default_visit(value)
+
+    tvm_ffi.structural_visit(func.body, visit)
+    return rules
+
+
+@attrs.frozen
+class ScheduleRuleKey:
+    """Matches a ``call_tir`` of an unrecorded PrimFunc with a block tagged
+    with one of ``rules``: a pool legalized before texscope saw it."""
+
+    rules: frozenset = attrs.field(converter=frozenset)
+
+    def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
+            return False
+        func = mod[call.args[0]]
+        # Walking the TIR is the costly part: only reductions can be pools.
+        return (isinstance(func, tvm.tirx.PrimFunc)
+                and op_pattern_of(call, mod) in (PATTERN_COMM_REDUCE, PATTERN_OUT_ELEMWISE_FUSABLE)
+                and not (func.attrs and OP_RECORD_ATTR in func.attrs)
+                and bool(schedule_rules(func) & self.rules))
+
+    def describe(self) -> str:
+        return "call_tir(block tagged " + " or ".join(sorted(self.rules)) + ")"
+
+
+@attrs.frozen
+class OpSupport:
+    """The storages one operator's kernel accepts.
+
+    Parameters
+    ----------
+    name : str
+        A short label used in reports.
+    key : OpKey, PatternKey, DataMovementKey, ScheduleRuleKey or None
+        Which calls the entry describes; None for entries the stages use
+        directly rather than look up.
+    inputs : tuple of frozenset of Storage
+        Accepted storages per tensor operand; the last one repeats for any
+        further operands.
+    outputs : tuple of frozenset of Storage
+        Storages the kernel can write, per output (tuple field); the last one
+        repeats.
+    desired_layouts : tuple of str, optional
+        Layouts stage 1 asks ConvertLayout for (data, kernel, output).
+    pack_when : mapping of str to str
+        Attribute values the unconverted call must have for
+        ``desired_layouts`` to apply.
+    layout_attrs : tuple of str
+        The call attributes holding its layouts, in ``desired_layouts``
+        order: a call not packed keeps these explicitly (ConvertLayout would
+        otherwise push its input's packed layout into it).
+    cost_class : str or None
+        The kernel class whose prices the cost profile gives (``packed_conv``,
+        ``depthwise_conv``, ``pool``, ``layer_norm``, ``elementwise``,
+        ``layout_transform``; see :mod:`texscope.knowledge.profile`): what a texture
+        read and a texture write by this kernel save.  ``texscope calibrate``
+        measures each class on a device.
+    texture_gain : float
+        What a texture read saves, as a fraction of the tensor's bytes, for
+        an entry whose cost class the profile does not price (a user's own
+        kernel, say): the planner weighs it against the bytes a copy moves.
+        Negative where reading a texture costs more than reading a buffer:
+        the planner then reads one only to save a copy.
+    texture_write_gain : float
+        Likewise for writing the output to a texture.
+    sync : frozenset of str, optional
+        Which of the kernel's tensors must share one storage: ``"inputs"``
+        (all tensor inputs), ``"outputs"`` (all outputs), ``"primary"`` (the
+        first input and the first output).  None infers them from the
+        declaration as ExecuTorch's OpRepSet does: one input set means all
+        inputs agree, one output set that all outputs agree, and equal first
+        input and output sets that the primary input and output agree.
+    keep_unlegalized : bool
+        Stage 1 leaves the operator a Relax call (its legalization comes later
+        in the build, and its type inference honours a VDevice in
+        ``ty_args``); otherwise stage 1 legalizes it and records its
+        attributes on the PrimFunc (see :func:`recorded_op`).
+    note : str
+        Why the entry says what it says.
+
+    Notes
+    -----
+    A tensor that cannot be a texture (wrong rank, symbolic shape, over the
+    limits) is read and written as a buffer by every kernel, whatever its
+    entry says: buffer is the universal fallback.
+    """
+
+    name: str
+    key: OpKey | PatternKey | DataMovementKey | None
+    inputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
+    outputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
+    desired_layouts: tuple[str, ...] | None = None
+    pack_when: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    layout_attrs: tuple[str, ...] = ()
+    cost_class: str | None = None
+    texture_gain: float = 0.0
+    texture_write_gain: float = 0.0
+    sync: frozenset | None = None
+    keep_unlegalized: bool = False
+    note: str = ""
+
+    def sync_rules(self) -> frozenset:
+        """The sync rules, stated or inferred."""
+        if self.sync is not None:
+            return frozenset(self.sync)
+        rules = set()
+        if len(self.inputs) == 1:
+            rules.add("inputs")
+        if len(self.outputs) == 1:
+            rules.add("outputs")
+        if self.inputs and self.outputs and self.inputs[0] == self.outputs[0]:
+            rules.add("primary")
+        return frozenset(rules)
+
+    def input(self, operand: int) -> frozenset:
+        return self.inputs[min(operand, len(self.inputs) - 1)]
+
+    def output(self, field: int) -> frozenset:
+        return self.outputs[min(field, len(self.outputs) - 1)]
+
+
+# TVM lowers each buffer of a TIR kernel in its own scope, so TVM's kernels
+# need no sync between operands (ExecuTorch's Vulkan shaders do).
+NO_SYNC = frozenset()
+
+OPAQUE = OpSupport(
+    name="opaque",
+    key=PatternKey(PATTERN_OPAQUE),
+    inputs=(BUFFER,),
+    # A texel store takes 4 lanes; a generic schedule stores scalars. (TVM
+    # 0.27 without texscope's store fix compiles such stores as broadcasts:
+    # wrong values.)
+    outputs=(BUFFER,),
+    sync=NO_SYNC,
+    note="no texture kernel is known for it: buffers only",
+)
+
+# What a pool's kernel accepts, whether texscope or TVM legalized it.
+_POOL = dict(inputs=(ANY,), outputs=(ANY,), cost_class="pool", sync=NO_SYNC)
+# And a layout transform's.  (The default profiles price a texture read by an
+# unpack slightly negative: a tensor that is only unpacked stays a buffer, as
+# the design's example has it, while an unpack still reads a texture that
+# exists anyway rather than a copy of it.)
+_LAYOUT_TRANSFORM = dict(inputs=(ANY,), outputs=(ANY,), cost_class="layout_transform",
+                         sync=NO_SYNC)
+# A packed conv's: its data from a texture (as upstream; a tensor that
+# cannot be a texture is read as a buffer, so the kernel runs from buffers
+# too, but a plan that chose so would change upstream's plans), its weights
+# from either (the Adreno NCHW4c schedule reads them either way; from a
+# global.texture-weight image the numbers match the CPU on PoCL,
+# tests/test_opencl_run.py; upstream keeps them in buffers).
+_PACKED_CONV = dict(
+    inputs=(TEXTURE, ANY),
+    outputs=(ANY,),
+    desired_layouts=("NCHW4c", "OIHW4o", "NCHW4c"),
+    layout_attrs=("data_layout", "kernel_layout", "out_layout"),
+    sync=NO_SYNC,
+    keep_unlegalized=True,
+)
+_PACKED_LAYOUTS = {"data_layout": "NCHW4c", "kernel_layout": "OIHW4o"}
+
+# Operators published mobile models (MediaPipe's TFLite files) use, by what
+# their legalized kernels are.  Each gets its own entry, so ``texscope ops``
+# says what it reads and writes and stage 1 records it on its PrimFunc.
+ELEMENTWISE_OPS = (
+    ("relax.add", "element-wise"), ("relax.subtract", "element-wise"),
+    ("relax.multiply", "element-wise"), ("relax.divide", "element-wise"),
+    ("relax.maximum", "element-wise"), ("relax.minimum", "element-wise"),
+    ("relax.nn.relu", "element-wise"), ("relax.clip", "element-wise (ReLU6)"),
+    ("relax.sigmoid", "element-wise"), ("relax.nn.prelu", "element-wise with per-channel slopes"),
+    ("relax.astype", "element-wise (float16 weights to float32)"),
+    ("relax.nn.pad", "injective"), ("relax.strided_slice", "injective"),
+    ("relax.concat", "injective"), ("relax.reshape", "injective"),
+    ("relax.permute_dims", "injective"), ("relax.broadcast_to", "injective"),
+    ("relax.image.resize2d", "injective (a gather of up to four neighbours)"),
+)
+REDUCING_OPS = (
+    ("relax.mean", "a reduction"), ("relax.sum", "a reduction"),
+    ("relax.matmul", "a matrix product"),
+)
+
+BUILTIN: tuple[OpSupport, ...] = (
+    OpSupport(
+        name="grouped_conv2d_nchw4c",
+        key=OpKey("relax.nn.conv2d", _PACKED_LAYOUTS, unless={"groups": "1"}),
+        cost_class="depthwise_conv",
+        note="a grouped (depthwise) packed conv: few reads per output, priced apart",
+        **_PACKED_CONV,
+    ),
+    OpSupport(
+        name="conv2d_nchw4c",
+        key=OpKey("relax.nn.conv2d", _PACKED_LAYOUTS),
+        cost_class="packed_conv",
+        note="the Adreno NCHW4c kernel reads its data, and its weights where they "
+        "fit, through the texture cache where the profile says it pays",
+        **_PACKED_CONV,
+    ),
+    OpSupport(
+        name="conv2d_transpose",
+        key=OpKey("relax.nn.conv2d_transpose"),
+        inputs=(BUFFER,),
+        outputs=(BUFFER,),
+        # ConvertLayout would push a packed input layout into it and fail.
+        layout_attrs=("data_layout", "kernel_layout", "out_layout"),
+        sync=NO_SYNC,
+        note="one stage 1 cannot rewrite as a conv of its zero-inserted data (grouped, "
+        "symbolic): no packed kernel, reads buffers",
+    ),
+    OpSupport(
+        name="conv2d_unpacked",
+        key=OpKey("relax.nn.conv2d"),
+        inputs=(BUFFER,),
+        outputs=(BUFFER,),
+        sync=NO_SYNC,
+        keep_unlegalized=True,
+        note="a conv left in a plain layout (stage 1 pads and packs every conv of "
+        "static shape): TVM's generic kernel reads buffers",
+    ),
+    *(
+        OpSupport(
+            name=op.rsplit(".", 1)[1],
+            key=OpKey(op),
+            inputs=(ANY,),
+            outputs=(ANY,),
+            texture_gain=0.125,
+            sync=NO_SYNC,
+            note=f"{kind}: indexes each texel directly, as every injective kernel",
+        )
+        for op, kind in ELEMENTWISE_OPS
+    ),
+    *(
+        OpSupport(
+            name=op.rsplit(".", 1)[1],
+            key=OpKey(op),
+            inputs=(BUFFER,),
+            outputs=(BUFFER,),
+            sync=NO_SYNC,
+            note=f"{kind}: TVM's generic GPU reduction schedules read and write buffers",
+        )
+        for op, kind in REDUCING_OPS
+    ),
+    OpSupport(
+        name="layout_transform",
+        key=OpKey("relax.layout_transform"),
+        note="packs channels into whole texels on write; reads either",
+        **_LAYOUT_TRANSFORM,
+    ),
+    *(
+        OpSupport(
+            name=f"{op.rsplit('.', 1)[1]}_nchw4c",
+            key=OpKey(op, {"layout": "NCHW4c"}),
+            note="reads and writes whole texels (texscope's TexelWriter schedule keeps "
+            "four lanes of accumulator)",
+            **_POOL,
+        )
+        for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+    ),
+    OpSupport(
+        name="pool_legalized",
+        key=ScheduleRuleKey({"meta_schedule.pool_max", "meta_schedule.pool_avg"}),
+        note="a pool legalized before texscope saw it (upstream's stage 1): as the "
+        "NCHW4c pools",
+        **_POOL,
+    ),
+    OpSupport(
+        name="layer_norm",
+        key=OpKey("relax.nn.layer_norm"),
+        inputs=(ANY, BUFFER),
+        # Its texels would each need the row's mean and variance: TexelWriter
+        # declines to recompute them per texel, and TVM's Adreno fallback
+        # leaves the kernel unbound to threads (found by the OpenCL fuzzer).
+        outputs=(BUFFER,),
+        cost_class="layer_norm",
+        sync=NO_SYNC,
+        note="reads the packed activation either way, writes a buffer; gamma and beta "
+        "are 1-D buffers",
+    ),
+    OpSupport(
+        name="injective",
+        key=PatternKey(PATTERN_INJECTIVE),
+        inputs=(ANY,),
+        outputs=(ANY,),
+        cost_class="elementwise",
+        sync=NO_SYNC,
+        note="element-wise, broadcast and injective kernels index each texel directly",
+    ),
+    OpSupport(
+        name="layout_transform_legalized",
+        key=DataMovementKey(),
+        **_LAYOUT_TRANSFORM,
+        note="a layout transform legalized before texscope saw it (upstream's stage 1)",
+    ),
+)
+
+_user_entries: list[OpSupport] = []
+
+
+def register_op(support: OpSupport) -> OpSupport:
+    """Add an entry; it takes precedence over built-in and earlier ones.
+
+    Returns the entry, so it can be used as an expression.
+    """
+    _user_entries.insert(0, support)
+    return support
+
+
+def entries() -> tuple[OpSupport, ...]:
+    """All entries in lookup order, the opaque fallback last."""
+    return (*_user_entries, *BUILTIN, OPAQUE)
+
+
+FUNCTION_CALL = OpSupport(
+    name="relax_function_call",
+    key=None,
+    inputs=(BUFFER,),
+    outputs=(BUFFER,),
+    sync=NO_SYNC,
+    note="a call between Relax functions passes buffers",
+)
+
+
+def support_for(call: relax.Call, mod: tvm.IRModule) -> OpSupport:
+    """The entry describing a call: the first that matches, else the opaque fallback."""
+    if isinstance(call.op, relax.GlobalVar):
+        return FUNCTION_CALL
+    for entry in entries():
+        if entry.key is not None and entry.key.matches(call, mod):
+            return entry
+    return OPAQUE
+
+
+def _op_entries():
+    return [e for e in entries() if isinstance(e.key, OpKey)]
+
+
+def kept_ops() -> list[str]:
+    """Relax operators stage 1 leaves unlegalized."""
+    return sorted({e.key.op for e in _op_entries() if e.keep_unlegalized})
+
+
+def recorded_attrs() -> dict[str, list[str]]:
+    """Operators stage 1 legalizes with a record, and the attributes to record."""
+    kept = set(kept_ops())
+    fields: dict[str, set] = {}
+    for e in _op_entries():
+        if e.key.op not in kept:
+            fields.setdefault(e.key.op, set()).update(e.key.where)
+    return {op: sorted(names) for op, names in fields.items()}
+
+
+def desired_layouts(call: relax.Call) -> dict[str, list[str]]:
+    """ConvertLayout's desired layouts for one call (its ``layout_cb``): the
+    entry's packed layouts, or the call's own when it is not to be packed."""
+    for e in _op_entries():
+        if call.op.name != e.key.op or not (e.desired_layouts or e.layout_attrs):
+            continue
+        if e.desired_layouts and all(
+            str(_get(call.attrs, k)) == v for k, v in e.pack_when.items()
+        ):
+            return {e.key.op: list(e.desired_layouts)}
+        return {e.key.op: [str(_get(call.attrs, a)) for a in e.layout_attrs]}
+    return {}

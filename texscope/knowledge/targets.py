@@ -1,0 +1,210 @@
+"""What texscope knows about GPUs: texture limits, texture flavours, VDevices.
+
+How a texture flavour folds a packed tensor into an image is in ``scopes.py``;
+the flavour a tensor gets is the first one, in order of preference, whose
+image fits the device's limits.
+"""
+
+from __future__ import annotations
+
+import attrs
+import tvm
+from tvm import relax
+
+from . import profile as cost_profile
+from ..errors import TexscopeError
+from .scopes import (  # noqa: F401  (re-exported: targets is where GPUs are described)
+    BUFFER_SCOPE, FLAVOUR_AXES, TEXEL_LANES, describe_flavour, image_extent, is_packed_texel_shape,
+    is_texture_scope,
+)
+
+
+@attrs.frozen
+class TexturePreset:
+    """Texture capabilities of a GPU family.
+
+    Parameters
+    ----------
+    name : str
+        Short name used on the command line.
+    spatial_limit : int
+        Largest image width or height, in texels (inclusive).
+    depth_limit : int
+        Largest number of layers in an image array (inclusive).
+    flavours : tuple of str
+        Texture scopes the device's kernels support, most preferred first.
+    texel_dtypes : frozenset of str
+        Element types a texel may hold (RGBA float or half).
+    default_profile : str
+        The cost profile the planner uses unless given one: a file in
+        ``texscope/knowledge/profiles/`` whose every number says where it came from
+        (copy prices, what texture reads and writes save per kernel class).
+    """
+
+    name: str
+    spatial_limit: int
+    depth_limit: int
+    flavours: tuple[str, ...] = tuple(FLAVOUR_AXES)
+    texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
+    default_profile: str = "adreno"
+
+
+ADRENO = TexturePreset("adreno", spatial_limit=16384, depth_limit=2048)
+# Valhall-class Mali: 64K image sides, 2048 layers (CL_DEVICE_IMAGE2D_MAX_WIDTH et al.).
+MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_profile="mali")
+PRESETS = {p.name: p for p in (ADRENO, MALI)}
+
+TEXTURE_KINDS = ("opencl", "vulkan")
+
+
+@attrs.frozen
+class TextureFit:
+    """Whether a tensor can live in a texture, and why (not).
+
+    Parameters
+    ----------
+    scope : str or None
+        The texture flavour chosen, or None when the tensor must be a buffer.
+    reason : str
+        Human-readable justification.
+    """
+
+    scope: str | None
+    reason: str
+
+
+@attrs.frozen
+class TextureTarget:
+    """A texture-capable GPU target with its limits and VDevices.
+
+    Build one with :func:`texture_target`.  ``profile`` holds the prices the
+    planner weighs (:class:`texscope.knowledge.profile.CostProfile`).
+    """
+
+    target: tvm.target.Target = attrs.field(eq=False)
+    kind: str
+    preset: TexturePreset
+    profile: cost_profile.CostProfile = attrs.field(eq=False, default=None)
+
+    @property
+    def spatial_limit(self) -> int:
+        return self.preset.spatial_limit
+
+    @property
+    def depth_limit(self) -> int:
+        return self.preset.depth_limit
+
+    @property
+    def device(self) -> tvm.runtime.Device:
+        return tvm.device(self.kind, 0)
+
+    def fit(self, shape: tuple[int, ...] | None, dtype: str) -> TextureFit:
+        """Decide whether a tensor of this shape and dtype can be a texture."""
+        if shape is None:
+            return TextureFit(None, "shape is not static")
+        if not is_packed_texel_shape(shape):
+            return TextureFit(None, f"shape {list(shape)} is not 5-D packed with inner axis 4")
+        if dtype not in self.preset.texel_dtypes:
+            return TextureFit(None, f"dtype {dtype} is not a texel type")
+        for flavour in self.preset.flavours:
+            layers, height, width = image_extent(shape, flavour)
+            if (
+                layers <= self.depth_limit
+                and height <= self.spatial_limit
+                and width <= self.spatial_limit
+            ):
+                return TextureFit(
+                    flavour, f"fits {flavour} as {layers} x {height} x {width} texels"
+                )
+        return TextureFit(
+            None,
+            f"shape {list(shape)} exceeds the texture limits "
+            f"(spatial {self.spatial_limit}, depth {self.depth_limit})",
+        )
+
+
+# Targets by short name. TVM's OpenCL target kind defaults its texture limits to
+# Adreno's, so a non-Adreno OpenCL target must state its limits explicitly.
+TARGET_PRESETS: dict[str, str | dict] = {
+    "adreno-opencl": "qcom/adreno-opencl-texture",
+    "adreno-vulkan": "qcom/adreno-vulkan-texture",
+    "mali-opencl": {
+        "kind": "opencl",
+        "device": "mali",
+        "keys": ["mali", "opencl", "gpu", "texture"],
+        "texture_spatial_limit": MALI.spatial_limit,
+        "texture_depth_limit": MALI.depth_limit,
+    },
+}
+
+
+def make_target(spec: tvm.target.Target | str | dict) -> tvm.target.Target:
+    """A TVM target from a preset name, a tag, a JSON string or dict, or a Target."""
+    if isinstance(spec, tvm.target.Target):
+        return spec
+    spec = TARGET_PRESETS.get(spec, spec) if isinstance(spec, str) else spec
+    try:
+        return tvm.target.Target(spec)
+    except Exception as err:  # TVM raises several error types for bad specs
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TexscopeError(
+            f"unknown target {spec!r} ({first}); use a preset ({', '.join(TARGET_PRESETS)}), "
+            "a TVM tag such as 'qcom/adreno-opencl-texture', or target JSON") from None
+
+
+def texture_target(target: tvm.target.Target | str | dict, profile=None) -> TextureTarget:
+    """Resolve a target (see :func:`make_target`) into a :class:`TextureTarget`.
+
+    Limits come from the target's ``texture_spatial_limit`` and
+    ``texture_depth_limit`` attributes where present, else from the preset of
+    its ``device`` (Adreno when unknown); texel types and flavours from that
+    preset.  ``profile`` (a :class:`~texscope.knowledge.profile.CostProfile`, a
+    profile file's path or its parsed JSON) prices the plan; by default the
+    preset's own profile.
+
+    Raises
+    ------
+    TexscopeError
+        If the target is not an OpenCL or Vulkan GPU target with ``texture``
+        among its keys.
+    """
+    target = make_target(target)
+    kind = target.kind.name
+    if kind not in TEXTURE_KINDS or "texture" not in target.keys:
+        raise TexscopeError(
+            f"target {target.export()['kind']} with keys {list(target.keys)} has no GPU "
+            "texture support; use an OpenCL or Vulkan target with the 'texture' key, "
+            "e.g. 'qcom/adreno-opencl-texture'"
+        )
+    target_attrs = target.attrs
+    base = PRESETS.get(str(target_attrs.get("device", "")), ADRENO)
+    preset = attrs.evolve(
+        base,
+        spatial_limit=int(target_attrs.get("texture_spatial_limit", base.spatial_limit)),
+        depth_limit=int(target_attrs.get("texture_depth_limit", base.depth_limit)),
+    )
+    return TextureTarget(target=target, kind=kind, preset=preset,
+                         profile=cost_profile.resolve(profile, preset.default_profile))
+
+
+class VDeviceTable:
+    """The VDevices of one module, one per memory scope, created on demand.
+
+    RealizeVDevice compares VDevices by identity, so every type must use the
+    very objects listed in the module's ``global_infos``; this table hands
+    them out.
+    """
+
+    def __init__(self, texture: TextureTarget):
+        self._target = texture.target
+        self._by_scope: dict[str, relax.VDevice] = {}
+
+    def __getitem__(self, scope: str) -> relax.VDevice:
+        vdevice = self._by_scope.get(scope)
+        if vdevice is None:
+            vdevice = relax.VDevice(self._target, 0, scope)
+            self._by_scope[scope] = vdevice
+        return vdevice
+
+    def listed(self) -> list[relax.VDevice]:
+        return list(self._by_scope.values())

@@ -1,0 +1,2 @@
+"""Models to try texscope on: the bundled examples, the zoo, and the
+MediaPipe corpus of published models."""

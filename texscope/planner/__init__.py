@@ -1,0 +1,1 @@
+"""The solver: plan costs and the exact min-cut."""

@@ -1,0 +1,70 @@
+"""Give both operands of a broadcasting binary operator the same rank.
+
+TFLite models add a conv's bias as a 1-D tensor to a 4-D NHWC activation.
+ConvertLayout cannot put a 1-D operand into NCHW4c, so it unpacks the conv's
+output to NHWC for the add and packs it again for the next conv: two layout
+kernels around every conv.  Reshaping the lower-rank operand to the full rank
+(leading axes of 1, as numpy broadcasting reads it) changes no value and lets
+the add, and everything after it, stay packed; the reshape of a constant
+folds away.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl import is_op, wildcard
+
+from ..knowledge import registry
+from ..ir.rebuild import rewrite_functions
+
+
+def _rank(expr) -> int | None:
+    ty = expr.ty
+    return ty.ndim if isinstance(ty, relax.TensorType) and ty.ndim >= 0 else None
+
+
+def _static_shape(expr) -> list[int] | None:
+    shape = expr.ty.shape
+    if not isinstance(shape, relax.ShapeExpr) or not all(
+            isinstance(d, tvm.tirx.IntImm) for d in shape.values):
+        return None
+    return [int(d) for d in shape.values]
+
+
+def _lifted(operand, rank: int):
+    shape = _static_shape(operand)
+    if shape is None:
+        return None
+    return relax.op.reshape(operand, [1] * (rank - len(shape)) + shape)
+
+
+def _expanded(call: relax.Call) -> relax.Expr | None:
+    lhs, rhs = call.args
+    ranks = _rank(lhs), _rank(rhs)
+    if None in ranks or ranks[0] == ranks[1] or min(ranks) == 0:
+        return None
+    rank = max(ranks)
+    operands = [arg if r == rank else _lifted(arg, rank) for arg, r in zip((lhs, rhs), ranks)]
+    if None in operands:
+        return None
+    return relax.Call(call.op, operands, call.attrs)
+
+
+def ExpandBroadcastRank() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+    """Reshape the lower-rank operand of the registry's broadcasting binary
+    operators to the other's rank (see the module docstring)."""
+    first, *rest = registry.BROADCAST_BINARY_OPS
+    pattern = is_op(first)(wildcard(), wildcard())
+    for name in rest:
+        pattern |= is_op(name)(wildcard(), wildcard())
+
+    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
+        expanded = _expanded(matches[pattern])
+        return expr if expanded is None else expanded
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.ExpandBroadcastRank")
+    def expand(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(mod, [(pattern, rewrite)])
+
+    return expand

@@ -1,0 +1,114 @@
+"""Operators TVM 0.27 cannot build for a GPU, rewritten into ones it can and
+that pack.
+
+- ``R.ewise_fma(a, b, c)`` has no legalization: VM codegen stops ("CodeGenVM
+  cannot emit this Relax operator").  It becomes ``a * b + c``.
+- ``R.nn.conv2d_transpose`` legalizes only with an IOHW kernel, and nothing
+  packs it.  An ungrouped one of static shape becomes what it computes: its
+  data with ``stride - 1`` zeros inserted between pixels (a reshape, a pad
+  and a slice), convolved with the kernel flipped in space and its channel
+  axes swapped, padded by ``dilation * (kernel - 1) - padding`` (plus the
+  output padding at the bottom and right).  That conv packs and reads a
+  texture like any other.  Upsampling decoders (segmentation) use them.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl import is_op, wildcard
+
+from ..ir.rebuild import rewrite_functions
+
+
+def _static(expr) -> list[int] | None:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    if not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
+        return None
+    return [int(d) for d in ty.shape.values]
+
+
+def _to_layout(expr, source: str, target: str):
+    """``expr`` in layout ``source`` permuted to ``target`` (same letters)."""
+    if source == target:
+        return expr
+    return relax.op.permute_dims(expr, [source.index(axis) for axis in target])
+
+
+def _plain(layout: str, axes: str) -> bool:
+    return len(layout) == len(axes) and sorted(layout) == sorted(axes)
+
+
+def _zero_inserted(data, shape: list[int], strides: tuple[int, int]):
+    """NCHW ``data`` with ``stride - 1`` zeros after each pixel but the last."""
+    batch, channels, height, width = shape
+    stride_h, stride_w = strides
+    if stride_h == stride_w == 1:
+        return data
+    spread = relax.op.reshape(data, [batch, channels, height, 1, width, 1])
+    spread = relax.op.nn.pad(spread, [0, 0, 0, 0, 0, 0, 0, stride_h - 1, 0, 0, 0, stride_w - 1])
+    spread = relax.op.reshape(spread, [batch, channels, height * stride_h, width * stride_w])
+    return relax.op.strided_slice(spread, axes=[2, 3], begin=[0, 0],
+                                  end=[(height - 1) * stride_h + 1, (width - 1) * stride_w + 1])
+
+
+def _transpose_as_conv(call: relax.Call) -> relax.Expr | None:
+    attrs = call.attrs
+    data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
+    out_layout = str(attrs.out_layout) or data_layout
+    data, weight = call.args
+    data_shape, weight_shape = _static(data), _static(weight)
+    if (int(attrs.groups) != 1 or data_shape is None or weight_shape is None
+            or not (_plain(data_layout, "NCHW") and _plain(kernel_layout, "OIHW")
+                    and _plain(out_layout, "NCHW"))):
+        return None
+    kernel = [weight_shape[kernel_layout.index(axis)] for axis in "HW"]
+    dilation = [int(d) for d in attrs.dilation]
+    top, left, bottom, right = (int(p) for p in attrs.padding)
+    extra_h, extra_w = (int(p) for p in attrs.output_padding)
+    reach = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    padding = [reach[0] - top, reach[1] - left, reach[0] - bottom + extra_h,
+               reach[1] - right + extra_w]
+    if min(padding) < 0:
+        return None
+    nchw = [data_shape[data_layout.index(axis)] for axis in "NCHW"]
+    spread = _zero_inserted(_to_layout(data, data_layout, "NCHW"), nchw,
+                            tuple(int(s) for s in attrs.strides))
+    # The transpose's I is the data's channels: the conv's input channels.
+    flipped = relax.op.flip(relax.op.flip(_to_layout(weight, kernel_layout, "OIHW"), 2), 3)
+    out = relax.op.nn.conv2d(spread, flipped, strides=1, padding=padding, dilation=dilation,
+                             data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
+                             out_dtype=attrs.out_dtype)
+    return _to_layout(out, "NCHW", out_layout)
+
+
+def _fma_as_multiply_add(call: relax.Call) -> relax.Expr:
+    a, b, c = call.args
+    return relax.op.add(relax.op.multiply(a, b), c)
+
+
+_REWRITES = (
+    (is_op("relax.ewise_fma")(wildcard(), wildcard(), wildcard()), _fma_as_multiply_add),
+    (is_op("relax.nn.conv2d_transpose")(wildcard(), wildcard()), _transpose_as_conv),
+)
+
+
+def DecomposeForGPU() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+    """Rewrite ``ewise_fma`` and ungrouped static ``conv2d_transpose`` (see the
+    module docstring); anything else is left as it is."""
+
+    def rewrite_with(pattern, rewrite):
+        def run(expr, matches):
+            rewritten = rewrite(matches[pattern])
+            return expr if rewritten is None else rewritten
+
+        return run
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.DecomposeForGPU")
+    def decompose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(
+            mod, [(pattern, rewrite_with(pattern, rewrite)) for pattern, rewrite in _REWRITES])
+
+    return decompose

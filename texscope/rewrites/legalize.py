@@ -1,0 +1,190 @@
+"""Legalizations texscope uses in place of TVM's.
+
+Packed (NCHW4c / OIHW4o) conv2d, for any number of groups:
+
+TVM's Adreno legalization computes ``occ // (oc_chunk // groups)`` to find an
+output channel's group; for a depthwise conv ``oc_chunk < groups`` and that is a
+division by zero.  Here each output channel's input channels are indexed
+directly.  TVM's compute also writes float32 whatever the call's output type
+(float16 convs then fail in FuseTIR on mismatched buffers), so only ungrouped
+float32 convs keep it.
+
+Every operator, once per signature: LegalizeOps builds a TE compute and a
+PrimFunc for each call, even for the nine identical batch norms of a ResNet,
+which was most of stage 1's time.  :func:`once_per_signature` reuses the
+PrimFunc of an earlier call with the same operator, attributes and types.
+
+Layout transforms, as a gather: TVM writes a bijective layout transform as a
+loop over the input scattering to transformed indices, which
+AnnotateTIROpPattern can only call opaque, so nothing fuses with it and every
+packed batch-norm parameter or channel-padded input costs an extra kernel.
+Indexing each output element through the inverse map makes it injective.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax, te, topi
+from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
+from tvm.topi.nn.utils import get_pad_tuple
+from tvm.topi.utils import get_const_tuple
+
+from ..ir.graph import relax_bindings
+
+
+def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype):
+    """TE compute of a grouped conv2d, data NCHW[x]c, kernel OIHW[x]o."""
+    stride_h, stride_w = strides
+    dilation_h, dilation_w = dilation
+    batch, _, in_h, in_w, lanes = get_const_tuple(data.shape)
+    out_chunks, in_per_group, kernel_h, kernel_w, out_lanes = get_const_tuple(kernel.shape)
+    out_per_group = out_chunks * out_lanes // groups
+    top, left, bottom, right = get_pad_tuple(
+        padding, ((kernel_h - 1) * dilation_h + 1, (kernel_w - 1) * dilation_w + 1)
+    )
+    out_h = (in_h + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (in_w + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    if top or left or bottom or right:
+        data = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0),
+                           name="conv2d_data_pad")
+    ic = te.reduce_axis((0, in_per_group), name="ic")
+    kh = te.reduce_axis((0, kernel_h), name="kh")
+    kw = te.reduce_axis((0, kernel_w), name="kw")
+
+    def compute(n, oc_chunk, y, x, oc_lane):
+        channel = (oc_chunk * out_lanes + oc_lane) // out_per_group * in_per_group + ic
+        return te.sum(
+            data[n, channel // lanes, y * stride_h + kh * dilation_h,
+                 x * stride_w + kw * dilation_w, channel % lanes].astype(out_dtype)
+            * kernel[oc_chunk, ic, kh, kw, oc_lane].astype(out_dtype),
+            axis=[ic, kh, kw],
+        )
+
+    return te.compute((batch, out_chunks, out_h, out_w, out_lanes), compute,
+                      name="conv2d_NCHWc_OIHWo", tag="conv2d_NCHWc_OIHWo")
+
+
+def conv2d_nchwc(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Legalize a packed conv2d; TVM's Adreno compute when ungrouped and float32."""
+    if int(call.attrs.groups) == 1 and str(call.ty.dtype) == "float32":
+        return legalize_adreno.conv2d_NCHWc_OIHWo(bb, call)
+    return bb.call_te(
+        grouped_conv2d_nchwc, call.args[0], call.args[1],
+        [int(s) for s in call.attrs.strides], [int(p) for p in call.attrs.padding],
+        [int(d) for d in call.attrs.dilation], int(call.attrs.groups), str(call.ty.dtype),
+        primfunc_name_hint="conv2d_NCHWc_OIHWo",
+    )
+
+
+def layout_transform_gather(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """Legalize a layout transform as a gather through the inverse index map.
+
+    Falls back to TVM's legalization where the map pads (that one is a gather
+    already) or the input shape is symbolic.
+    """
+    data = call.args[0]
+    shape = data.ty.shape
+    index_map = call.attrs.index_map
+    if not isinstance(shape, relax.ShapeExpr) or not all(
+        isinstance(d, tvm.tirx.IntImm) for d in shape.values
+    ):
+        return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
+    inverse, padding = index_map.non_surjective_inverse(shape.values)
+    if not (isinstance(padding, tvm.tirx.IntImm) and int(padding) == 0):
+        return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
+
+    def gather(tensor):
+        return te.compute(
+            index_map.map_shape(list(tensor.shape)),
+            lambda *index: tensor(*inverse.map_indices(index)),
+            name="te_layout_transform",
+        )
+
+    return bb.call_te(gather, data, primfunc_name_hint="te_layout_transform")
+
+
+_DEFAULT_LAYOUT_TRANSFORM = tvm.ir.Op.get("relax.layout_transform").get_attr("FLegalize")
+
+# For LegalizeOps: packed convs once their layouts are NCHW4c/OIHW4o, and
+# operators texscope legalizes differently wherever they appear.
+PACKED_CONV = {"relax.nn.conv2d": conv2d_nchwc}
+REPLACED = {"relax.layout_transform": layout_transform_gather}
+
+
+def _signature(call: relax.Call) -> tuple:
+    return (call.attrs, *(arg.ty for arg in call.args), call.ty)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
+
+
+def _reusable(call: relax.Call, lowered: relax.Expr) -> bool:
+    """Whether ``lowered`` is a plain ``call_tir`` of the call's own arguments."""
+    return (isinstance(lowered, relax.Call) and isinstance(lowered.op, tvm.ir.Op)
+            and lowered.op.name == "relax.call_tir" and len(lowered.args) == 2
+            and isinstance(lowered.args[1], relax.Tuple)
+            and len(lowered.args[1].fields) == len(call.args)
+            and all(f.same_as(a) for f, a in zip(lowered.args[1].fields, call.args)))
+
+
+def once_per_signature(legalize):
+    """``legalize`` run once per distinct (attributes, argument types, result
+    type); later calls with that signature call the same PrimFunc.
+
+    Calls with a non-variable argument (a constant, a tuple) are legalized
+    each time, as are legalizations that are not one plain ``call_tir``.
+    """
+    seen: dict[int, list[tuple[tuple, relax.Call]]] = {}
+
+    def run(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        if not all(isinstance(arg, relax.Var) for arg in call.args):
+            return legalize(bb, call)
+        signature = _signature(call)
+        bucket = seen.setdefault(tvm_ffi.structural_hash(signature), [])
+        for known, lowered in bucket:
+            if _same(known, signature):
+                return relax.Call(lowered.op, [lowered.args[0], relax.Tuple(list(call.args))],
+                                  lowered.attrs, lowered.ty_args)
+        lowered = legalize(bb, call)
+        if _reusable(call, lowered):
+            bucket.append((signature, lowered))
+        return lowered
+
+    return run
+
+
+def legalization_of(op_name: str):
+    """texscope's legalization of an operator where it replaces TVM's, else TVM's
+    (None for an operator without one)."""
+    return REPLACED.get(op_name) or tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+
+def legalize_map(mod: tvm.IRModule, overrides: dict | None = None,
+                 skip: list[str] = ()) -> dict:
+    """A ``customize_legalize_map`` for LegalizeOps covering every operator
+    called in ``mod`` but ``skip``: ``overrides`` where given, else
+    :func:`legalization_of`, each :func:`once_per_signature`."""
+    overrides = overrides or {}
+    ops = {
+        binding.value.op.name for _, binding in relax_bindings(mod)
+        if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
+    }
+    table = {}
+    for name in sorted(ops - set(skip)):
+        legalize = overrides.get(name) or legalization_of(name)
+        if legalize is not None:
+            table[name] = once_per_signature(legalize)
+    return table
+
+
+def LegalizeOnce(overrides: dict | None = None,  # pylint: disable=invalid-name
+                 skip: tuple[str, ...] = ()) -> tvm.ir.transform.Pass:
+    """LegalizeOps with :func:`legalize_map`: one PrimFunc per signature."""
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.LegalizeOnce")
+    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return relax.transform.LegalizeOps(legalize_map(mod, overrides, skip), list(skip))(mod)
+
+    return run

@@ -1,0 +1,115 @@
+"""Zero channels so a conv whose channel counts are not multiples of 4 packs too.
+
+The RGB stem of a vision model has 3 input channels, and published mobile
+models have convs of 36 or 42 channels: ConvertLayout cannot pack those to
+NCHW4c, so they would read buffers.  Zero channels leave the result unchanged
+and make every operand packable:
+
+- an ungrouped conv gets zero input channels in its data and weights and
+  zero output channels (weights) that a slice then drops;
+- a grouped or depthwise conv gets whole zero groups appended (zero data
+  channels and zero weights for them), as many as make both channel counts
+  multiples of 4, and the slice drops their outputs.
+
+Any plain data, kernel and output layout (NCHW, NHWC, OIHW, HWIO, HWOI...)
+is handled through the positions of its ``C``, ``O`` and ``I`` axes.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl import is_op, wildcard
+
+from ..ir.rebuild import rewrite_functions
+from ..knowledge.targets import TEXEL_LANES
+
+
+def _round_up(n: int) -> int:
+    return -(-n // TEXEL_LANES) * TEXEL_LANES
+
+
+def _static(expr) -> list[int] | None:
+    shape = expr.ty.shape
+    if not isinstance(shape, relax.ShapeExpr) or not all(
+        isinstance(d, tvm.tirx.IntImm) for d in shape.values
+    ):
+        return None
+    return [int(d) for d in shape.values]
+
+
+def _pad_axes(expr, pads: dict[int, int]):
+    rank = len(_static(expr))
+    width = []
+    for axis in range(rank):
+        width += [0, pads.get(axis, 0)]
+    return relax.op.nn.pad(expr, width)
+
+
+def _plain(layout: str, axes: str) -> bool:
+    """A layout of upper-case axes only (not packed), naming ``axes`` once each."""
+    return layout.isalpha() and layout.isupper() and all(layout.count(a) == 1 for a in axes)
+
+
+def _extra_groups(groups: int, in_per_group: int, out_per_group: int) -> int:
+    """Fewest zero groups after which both channel counts are multiples of 4
+    (at most 3: a multiple of 4 groups always is)."""
+    return next(k for k in range(TEXEL_LANES)
+                if (groups + k) * in_per_group % TEXEL_LANES == 0
+                and (groups + k) * out_per_group % TEXEL_LANES == 0)
+
+
+def _padded(call: relax.Call) -> relax.Expr | None:
+    """The conv with padded channels, or None when it needs none."""
+    attrs = call.attrs
+    data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
+    out_layout = str(attrs.out_layout) or data_layout
+    if not (_plain(data_layout, "C") and _plain(kernel_layout, "OI") and _plain(out_layout, "C")):
+        return None
+    data, weight = call.args
+    data_shape, weight_shape = _static(data), _static(weight)
+    if data_shape is None or weight_shape is None:
+        return None
+    channel, out_axis, in_axis = (data_layout.index("C"), kernel_layout.index("O"),
+                                  kernel_layout.index("I"))
+    groups = int(attrs.groups)
+    out_channels, in_per_group = weight_shape[out_axis], weight_shape[in_axis]
+    if groups == 1:
+        pad_data = _round_up(in_per_group) - in_per_group
+        pad_weight = {out_axis: _round_up(out_channels) - out_channels, in_axis: pad_data}
+    else:
+        extra = _extra_groups(groups, in_per_group, out_channels // groups)
+        pad_data = extra * in_per_group
+        pad_weight = {out_axis: extra * (out_channels // groups)}
+    if not pad_data and not pad_weight[out_axis]:
+        return None
+    if pad_data:
+        data = _pad_axes(data, {channel: pad_data})
+    weight = _pad_axes(weight, pad_weight)
+    out = relax.op.nn.conv2d(
+        data, weight, strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation,
+        groups=groups if groups == 1 else groups + pad_data // in_per_group,
+        data_layout=data_layout, kernel_layout=kernel_layout, out_layout=out_layout,
+        out_dtype=attrs.out_dtype,
+    )
+    if pad_weight[out_axis]:
+        out = relax.op.strided_slice(out, axes=[out_layout.index("C")], begin=[0],
+                                     end=[out_channels])
+    return out
+
+
+def PadChannels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+    """Pad conv2d channels to multiples of 4 (see the module docstring)."""
+    pattern = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+
+    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
+        # expr may be the variable the conv is bound to; the match is the call.
+        padded = _padded(matches[pattern])
+        return expr if padded is None else padded
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.PadChannels")
+    def pad(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(mod, [(pattern, rewrite)]
+        )
+
+    return pad
