@@ -1,7 +1,7 @@
 """Plans from a device's own cost profile, run on that device.
 
-Per network, in one process, on one OpenCL device, four builds (five with
-``--relaxed``) run on the same inputs:
+Per network, in one process, on one OpenCL device, four builds run on the
+same inputs:
 
 * ``measured``: planned with the device's profile (``--profile FILE``, else
   ``texscope calibrate`` runs first);
@@ -9,11 +9,7 @@ Per network, in one process, on one OpenCL device, four builds (five with
 * ``all texture``: every eligible tensor in a texture (a profile whose every
   texture read and write saves 1000 bytes per byte: the planner then makes a
   texture of every tensor the registry allows);
-* ``all buffer``: no texture at all (texture limits of 1 texel);
-* ``relaxed`` (``--relaxed``): as ``measured``, with packed convs allowed to
-  read their data from a buffer too (the built-in registry has them read
-  textures only, as upstream; this shows what the profile would do without
-  that rule).
+* ``all buffer``: no texture at all (texture limits of 1 texel).
 
 The table gives each build's summed kernel and copy time (OpenCL profiling
 events, median of ``--runs``), images and copies, and whether every output
@@ -34,7 +30,7 @@ profile and replay there; the replay needs numpy and pyopencl only:
     python bench/calibrated.py --replay DIR [--device N]                      # there
 
 Run: ``python bench/calibrated.py [--device N] [--profile FILE] [--runs R]
-[--relaxed] [network ...]``
+[network ...]``
 """
 
 from __future__ import annotations
@@ -62,40 +58,6 @@ BUILDS = ("measured", "default", "all texture", "all buffer")
 TOLERANCE = 1e-3
 
 
-def relaxed_conv_entries():
-    """Packed convs that read their data from either storage (user entries
-    that shadow the built-in ones while registered)."""
-    from texscope.knowledge import registry
-
-    entries = []
-    for builtin in registry.BUILTIN:
-        if builtin.name in ("grouped_conv2d_nchw4c", "conv2d_nchw4c"):
-            entries.append(registry.OpSupport(
-                **{**{f: getattr(builtin, f) for f in (
-                    "key", "outputs", "desired_layouts", "pack_when", "layout_attrs",
-                    "cost_class", "sync", "keep_unlegalized")},
-                   "name": builtin.name + "_relaxed", "inputs": (registry.ANY, registry.ANY),
-                   "note": "bench: data from either storage"}))
-    return entries
-
-
-class _Registered:
-    def __init__(self, entries):
-        self.entries = entries
-
-    def __enter__(self):
-        from texscope.knowledge import registry
-
-        self.saved = list(registry._user_entries)  # pylint: disable=protected-access
-        for entry in reversed(self.entries):
-            registry.register_op(entry)
-
-    def __exit__(self, *exc):
-        from texscope.knowledge import registry
-
-        registry._user_entries[:] = self.saved  # pylint: disable=protected-access
-
-
 def planned(mod, target, profile):
     """The annotated module (stages 1-5) that a build with ``profile`` runs."""
     import texscope
@@ -106,7 +68,7 @@ def planned(mod, target, profile):
     return annotate_module(ConvertToPackedLayout(texture.target)(mod), texture)[0]
 
 
-def export(directory: Path, names, measured, relaxed: bool, device=None) -> None:
+def export(directory: Path, names, measured, device=None) -> None:
     """Build every network with each profile (TVM needed); write the plans,
     the inputs, the CPU outputs and each plan's predicted cost."""
     import texscope
@@ -119,21 +81,18 @@ def export(directory: Path, names, measured, relaxed: bool, device=None) -> None
     default = texscope.texture_target(base).profile
     everywhere = measured.with_gains(EVERYWHERE, EVERYWHERE, "every eligible tensor a texture")
     no_textures = dict(base, texture_spatial_limit=1, texture_depth_limit=1)
-    builds = [("measured", base, measured, []), ("default", base, default, []),
-              ("all texture", base, everywhere, []), ("all buffer", no_textures, default, [])]
-    if relaxed:
-        builds.append(("relaxed", base, measured, relaxed_conv_entries()))
+    builds = [("measured", base, measured), ("default", base, default),
+              ("all texture", base, everywhere), ("all buffer", no_textures, default)]
     for name in names:
         mod = network(name)
         inputs = scaled_inputs(mod)
         root = directory / name
         predicted = {}
-        for label, target, prices, entries in builds:
+        for label, target, prices in builds:
             out = root / label.replace(" ", "-")
             out.mkdir(parents=True, exist_ok=True)
-            with _Registered(entries):
-                texscope.build(mod, target, profile=prices).export(out)
-                annotated = planned(mod, target, prices)
+            texscope.build(mod, target, profile=prices).export(out)
+            annotated = planned(mod, target, prices)
             predicted[label] = {k: texscope.plan_cost(annotated, target, profile=p).seconds
                                 for k, p in (("measured", measured), ("default", default))}
         np.savez(root / "inputs.npz", *inputs)
@@ -225,8 +184,6 @@ def main(argv=None) -> None:
     parser.add_argument("--device", type=int, default=0, help="OpenCL device index")
     parser.add_argument("--profile", help="the device's cost profile (default: calibrate now)")
     parser.add_argument("--runs", type=int, default=5, help="runs per build (median kept)")
-    parser.add_argument("--relaxed", action="store_true",
-                        help="also plan with packed convs reading buffers too")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.networks) - set(NETWORKS))
     if unknown:
@@ -254,10 +211,10 @@ def main(argv=None) -> None:
         print("calibrating (texscope calibrate, default settings) ...", flush=True)
         measured = cost_profile.from_document(calibrate.calibrate(args.device), "calibrated now")
     if args.export:
-        export(Path(args.export), names, measured, args.relaxed)
+        export(Path(args.export), names, measured)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        export(Path(tmp), names, measured, args.relaxed, device)
+        export(Path(tmp), names, measured, device)
         meta = json.loads((Path(tmp) / names[0] / "predicted.json").read_text())
         print(f"measured profile {meta['measured_profile']}")
         print(f"default profile  {meta['default_profile']}")
