@@ -161,6 +161,27 @@ def test_slow_textures_keep_tensors_in_buffers():
     assert slow.copies == 0
 
 
+@I.ir_module
+class PackedAdd:
+    """Packed parameters added: the named relax.add entry, not the generic
+    injective one, describes the call."""
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 8, 8, 4), "float32"), y: R.Tensor((1, 2, 8, 8, 4), "float32")):
+        with R.dataflow():
+            gv = R.add(x, y)
+            R.output(gv)
+        return gv
+
+
+def test_named_elementwise_operators_take_the_profiles_elementwise_prices():
+    assert plan(PackedAdd).of("x").storage is Storage.TEXTURE  # the default's +0.125
+    document = copy.deepcopy(dict(cost_profile.default("adreno").document))
+    document["kernels"]["elementwise"]["read_gain"] = {"value": -2.0, "source": "test"}
+    slow = plan(PackedAdd, cost_profile.from_document(document, "test"))
+    assert slow.of("x").storage is Storage.BUFFER and slow.of("y").storage is Storage.BUFFER
+
+
 def test_free_copies_let_the_planner_copy():
     default = plan(PoolAndMean)
     assert default.copies == 0 and default.of("c").storage is Storage.BUFFER

@@ -406,6 +406,9 @@ BUILTIN: tuple[OpSupport, ...] = (
             key=OpKey(op),
             inputs=(ANY,),
             outputs=(ANY,),
+            # Priced as the generic injective entry is: a measured profile's
+            # element-wise gains apply to these named operators too.
+            cost_class="elementwise",
             texture_gain=0.125,
             sync=NO_SYNC,
             note=f"{kind}: indexes each texel directly, as every injective kernel",
