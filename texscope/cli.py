@@ -83,7 +83,8 @@ def cmd_calibrate(args) -> int:
         # (which runs on devices without TVM).
         from .backend import kernel_set
 
-        path = kernel_set.export(args.export_kernels, args.shapes, args.target)
+        path = kernel_set.export(args.export_kernels, args.shapes or kernel_set.DEFAULT_SHAPES,
+                                 args.target)
         print(f"kernel set written to {path.parent}: carry it to the device and run "
               f"`texscope calibrate --kernels {path.parent} -o profile.json` there "
               "(or `python -m texscope.opencl.calibrate`, without TVM)")

@@ -422,7 +422,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                         help=f"timed runs per measurement, the least kept (default "
                              f"{DEFAULT_REPEATS}; more for a steadier profile)")
-    parser.add_argument("--shapes", type=_shapes, default=DEFAULT_SHAPES,
+    parser.add_argument("--shapes", type=_shapes,
                         help="packed tensors the kernels are timed on, CHANNELSxSIZE,... "
                              "(default " + ",".join(f"{c}x{s}" for c, s in DEFAULT_SHAPES) + ")")
     parser.add_argument("--kernels", metavar="DIR",
@@ -444,7 +444,8 @@ def run_command(args) -> int:
     if Path(args.output).exists() and not cost_profile.is_profile_file(args.output):
         raise TexscopeError(f"{args.output} exists and is not a texscope cost profile; "
                             "not overwriting it")
-    document = calibrate(args.device, args.shapes, args.repeats, kernels_dir=args.kernels)
+    document = calibrate(args.device, args.shapes or DEFAULT_SHAPES, args.repeats,
+                         kernels_dir=args.kernels)
     path = write_profile(document, args.output)
     print(cost_profile.from_document(document, str(path)).describe())
     print(f"written to {path}")
