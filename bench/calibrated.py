@@ -131,9 +131,19 @@ def measure(directory: Path, names, device, runs: int) -> dict:
             timed = runs_of[1:] or runs_of  # the first run of each warms up
             seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
             ok = compare(runs_of[0].outputs, expected, TOLERANCE, TOLERANCE).ok
-            found[name][label] = (runs_of[0], seconds, ok, meta["predicted_s"][label])
+            # Two builds that run the same program differ in time by noise only.
+            same = [other for other in ("all texture", "all buffer")
+                    if other != label and same_program(plans[label], plans[other])]
+            found[name][label] = (runs_of[0], seconds, ok, meta["predicted_s"][label],
+                                  same[0] if same else "")
         print(f"  {name}: ran", flush=True)
     return found
+
+
+def same_program(a, b) -> bool:
+    """Whether two plans run the same kernels on the same storages (their
+    targets may differ, e.g. in texture limits)."""
+    return a.source == b.source and a.steps == b.steps and a.tensors == b.tensors
 
 
 def pearson(pairs) -> float:
@@ -166,20 +176,20 @@ def spearman(pairs) -> float:
 
 def print_table(found: dict) -> None:
     first = next(iter(found.values()))
-    profiles = list(next(iter(first.values()))[3])
+    profiles = list(next(iter(first.values()))[3])  # the predicted costs' profiles
     header = ("network", "build", "images", "copies", "ms", "vs best of all-tex/all-buf",
-              *(f"predicted ms ({k})" for k in profiles), "matches CPU")
+              *(f"predicted ms ({k})" for k in profiles), "matches CPU", "same program as")
     rows, pairs = [], {k: [] for k in profiles}
     for name, builds in found.items():
         floor = min(builds["all texture"][1], builds["all buffer"][1])
-        for label, (run, seconds, ok, predicted) in builds.items():
+        for label, (run, seconds, ok, predicted, same) in builds.items():
             if label != "all buffer":
                 for k in pairs:
                     pairs[k].append((predicted[k], seconds - builds["all buffer"][1]))
             rows.append((name, label, run.images, run.copies, f"{seconds * 1e3:.3f}",
                          f"{seconds / floor:.2f}",
                          *(f"{predicted[k] * 1e3:+.3f}" for k in profiles),
-                         "yes" if ok else "NO"))
+                         "yes" if ok else "NO", same or "-"))
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
