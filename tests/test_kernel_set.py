@@ -23,7 +23,12 @@ ROOT = Path(__file__).parent.parent
 def built(tmp_path_factory):
     """The kernel set at one small shape, written by the command."""
     out = tmp_path_factory.mktemp("set") / "kernels"
-    assert main(["calibrate", "--export-kernels", str(out), "--shapes", "8x8"]) == 0
+    done = subprocess.run(["texscope", "calibrate", "--export-kernels", str(out), "--shapes",
+                           "8x8", "--target", "adreno-opencl"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"texscope calibrate --kernels {out}" in done.stdout  # says what to do next
+    assert "target adreno-opencl" in kernel_set.read_manifest(out)["created_by"]
     return out
 
 
