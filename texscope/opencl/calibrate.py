@@ -11,6 +11,11 @@ runs where TVM is not installed):
   kernel over a few shapes with its packed input in a buffer and in an image,
   and with its output in a buffer and in an image.
 
+With ``--kernels DIR`` the kernel classes are priced from texscope's own
+built kernels instead (:mod:`texscope.opencl.kernel_set`; ``texscope calibrate
+--export-kernels DIR`` builds the set where TVM is): what the planner's plans
+run, where a microbenchmark may mislead.
+
 A class's read gain is what reading its input from an image saves, in bytes
 a copy moves in the same time, per byte read:
 ``(t_buffer - t_image_in) / (bytes read * copy seconds per byte)``, the median

@@ -61,7 +61,9 @@ def read_manifest(directory) -> dict:
                             f"version {VERSION})")
     if not isinstance(manifest.get("measured_prefix"), str) or not manifest["measured_prefix"]:
         raise TexscopeError(f"{path}: no measured_prefix naming the timed bindings")
-    for case in manifest.get("cases", []):
+    if not isinstance(manifest.get("cases"), list) or not manifest["cases"]:
+        raise TexscopeError(f"{path}: no cases")
+    for case in manifest["cases"]:
         if set(case.get("variants", {})) != set(VARIANTS):
             raise TexscopeError(f"{path}: case {case.get('name')!r} needs the variants "
                                 f"{sorted(VARIANTS)}")
