@@ -43,8 +43,11 @@ def test_the_seed_builds_four_kernels_and_the_conv_reads_an_image(builds):
 # fuse), fewer copies from pools writing textures and from unpacking straight
 # from a texture where the alternative is a copy (inception: the softmax's
 # unpack reads the shared conv's texture, at the price of one more unpack
-# kernel for that storage signature).
-EXPECTED = {"resnet": (17, 0), "mobilenet_v2": (22, 0), "unet": (21, 0), "inception": (11, 0)}
+# kernel for that storage signature).  mobilenet_v2's depthwise convs write
+# the buffers their plan says (they wrote textures before texscope's grouped
+# legalization kept the planned VDevice), so the clip after them needs one
+# storage signature, not two: 21 kernels, not 22.
+EXPECTED = {"resnet": (17, 0), "mobilenet_v2": (21, 0), "unet": (21, 0), "inception": (11, 0)}
 
 
 @pytest.mark.parametrize("name", EXPECTED)
