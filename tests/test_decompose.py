@@ -75,6 +75,27 @@ def test_an_oihw_conv2d_transpose_reads_a_texture_and_matches_the_cpu(target):
     assert check.ok, check
 
 
+def test_a_grouped_conv2d_transpose_becomes_a_grouped_conv_of_regrouped_weights():
+    out = run_pass(DecomposeForGPU(), decomposed.TransposeGrouped)
+    tvm.ir.assert_structural_equal(out, decomposed.TransposeGroupedDecomposed)
+
+
+@pytest.mark.parametrize("mod, reference, kernel_to_iohw", [
+    (decomposed.TransposeGrouped, decomposed.TransposeGrouped, lambda w: w),
+    (decomposed.TransposeDepthwiseOIHW, decomposed.TransposeDepthwiseIOHW,
+     lambda w: w.transpose(1, 0, 2, 3).copy()),
+], ids=["grouped_iohw", "depthwise_oihw"])
+@pytest.mark.parametrize("target", ["adreno-opencl", "mali-opencl"])
+def test_a_grouped_conv2d_transpose_reads_a_texture_and_matches_the_cpu(
+        mod, reference, kernel_to_iohw, target):
+    inputs = verify.random_inputs(mod)
+    expected = verify.reference_outputs(reference, [inputs[0], kernel_to_iohw(inputs[1])])
+    result, outputs = _run(mod, inputs, target)
+    assert result.report.build["convs_reading_texture"] == result.report.build["convs"] == 1
+    check = verify.compare(outputs, expected, rtol=1e-5, atol=1e-5)
+    assert check.ok, check
+
+
 def test_an_nhwc_conv2d_transpose_with_odd_channels_matches_the_cpu():
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (1, 5, 7, 6)).astype("float32")
