@@ -4,6 +4,9 @@ The plan carries the size variables, every size that depends on them as an
 expression, and the replay binds them from the input arrays."""
 
 import json
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from tvm.s_tir import dlight
 import texscope
 from texscope import opencl
 from texscope.backend.build import fuse_passes
+from texscope.cli import main
 from texscope.backend.schedule import EpilogueConv2d, _NoneOnScheduleError
 from texscope.diagnostics import verify
 from texscope.opencl import sizes
@@ -260,3 +264,51 @@ def test_two_size_variables_of_one_name_are_refused():
         bb.emit_func_output(out)
     with pytest.raises(texscope.TexscopeError, match="two size variables are named n"):
         read_program(bb.get())
+
+
+SYMBOLIC_MODEL = (
+    "from tvm.script import ir as I, relax as R\n\n"
+    "@I.ir_module\nclass Net:\n    @R.function\n"
+    "    def main(x: R.Tensor((1, 8, 'h', 'w'), 'float32'), k: R.Tensor((8, 8, 3, 3), 'float32')):\n"
+    "        with R.dataflow():\n"
+    "            c = R.nn.conv2d(x, k, padding=(1, 1), strides=2)\n"
+    "            gv = R.nn.relu(c)\n"
+    "            R.output(gv)\n"
+    "        return gv\n"
+)
+
+
+def _texscope(*args):
+    return subprocess.run([sys.executable, "-m", "texscope", *map(str, args)],
+                          capture_output=True, text=True, check=False)
+
+
+def test_the_run_command_takes_the_input_sizes(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(SYMBOLIC_MODEL)
+    done = _texscope("run", model, "--size", "h=13", "--size", "w=9", "--tolerance", "1e-5")
+    assert done.returncode == 0, done.stderr
+    assert "0 copies" in done.stdout and "-> OK" in done.stdout
+
+
+def test_the_run_command_without_sizes_is_one_line_exit_2(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(SYMBOLIC_MODEL)
+    done = _texscope("run", model)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("texscope: error: main's inputs have symbolic sizes (h, w): give "
+                           "each with --size, e.g. --size h=224\n")
+
+
+@pytest.mark.parametrize("sizes, message", [
+    (("--size", "h=13"), r"main's inputs have symbolic sizes \(w\)"),
+    (("--size", "h=13", "--size", "w=9", "--size", "n=2"), "--size n: main's inputs have no "
+                                                           "size of that name"),
+    (("--size", "h=0"), "--size h=0: expected NAME=N with N a positive integer"),
+])
+def test_the_run_command_names_a_missing_or_wrong_size(tmp_path, capsys, sizes, message):
+    model = tmp_path / "model.py"
+    model.write_text(SYMBOLIC_MODEL)
+    assert main(["run", str(model), *sizes]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search("^texscope: error: " + message, err), err
