@@ -26,9 +26,10 @@ Files (``PLAN_FILE``, ``WEIGHTS_FILE``, next to the OpenCL source):
     ``{"kind": "kernel", binding, function, kernel, args, global_size, local_size}``
     (``args`` one per kernel parameter: ``{"tensor", "scope"}`` with the scope
     the kernel declares, ``{"workspace", "nbytes"}`` for scratch memory private
-    to the step, or ``{"scalar", "dtype"}``; sizes are OpenCL's global and
-    local work sizes) or ``{"kind": "copy", binding, source, target}`` (the
-    same values moved into another storage);
+    to the step, or ``{"scalar", "dtype"}``, a number or a size expression;
+    sizes are OpenCL's global and local work sizes) or
+    ``{"kind": "copy", binding, source, target}`` (the same values moved into
+    another storage);
     ``outputs``: tensor names ``main`` returns, flattened.
 ``weights.npz``
     One array per constant, keyed by its tensor name.
