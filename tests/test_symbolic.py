@@ -159,6 +159,35 @@ def test_inputs_that_disagree_with_the_plans_shapes_are_named(arrays, message):
         bind_sizes(_handmade_plan(), arrays)
 
 
+def test_a_tensor_or_a_launch_left_empty_by_a_small_input_is_named():
+    with pytest.raises(texscope.TexscopeError, match=r"binding 'z': tensor z would have shape "
+                                                     r"\[-1\] for n=0: the input is too small"):
+        resolved(_handmade_plan(), {"n": 0})
+    step = KernelStep("z", "f", "f_kernel", (), ("(n - 1) * 64", 1, 1), (64, 1, 1))
+    with pytest.raises(texscope.TexscopeError, match=r"binding 'z': kernel f_kernel would run "
+                                                     r"\[0, 1, 1\] work items"):
+        resolved(_handmade_plan(steps=(step,)), {"n": 1})
+
+
+def test_random_inputs_need_the_size_of_a_symbolic_input():
+    with pytest.raises(texscope.TexscopeError, match="binding 'x': the extent h of x is symbolic"):
+        verify.random_inputs(symbolic.NCHW)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda data: data.pop("sizes"), "the shape of x uses h, not among the plan's sizes \\(none\\)"),
+    (lambda data: data["tensors"][0]["shape"].__setitem__(2, "h +"), "'h \\+' does not parse"),
+    (lambda data: data["tensors"][0]["shape"].__setitem__(2, "h ** 2"), "is not allowed"),
+])
+def test_a_plan_with_a_broken_size_is_refused_when_read(nchw, tmp_path, edit, message):
+    opencl.plan_of(nchw).write(tmp_path)
+    data = json.loads((tmp_path / "plan.json").read_text())
+    edit(data)
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    with pytest.raises(texscope.TexscopeError, match=message):
+        read_plan(tmp_path)
+
+
 def test_an_unbound_size_variable_is_named():
     plan = _handmade_plan(sizes=("n", "m"))
     with pytest.raises(texscope.TexscopeError, match="size variable m is not the extent"):
