@@ -26,6 +26,7 @@ from texscope.opencl.resolve import bind_sizes, resolved
 from texscope.opencl.program import read_program
 from texscope.opencl.tir_sizes import size_text, substituted
 from texscope.pipeline import texture_scope_pipeline
+from texscope.rewrites.legalize import REPLACED
 from texscope.rewrites.pad_channels import PadChannels
 
 from conftest import ADRENO, run_pass
@@ -242,6 +243,22 @@ def test_tir_sizes_written_as_text_evaluate_to_tvms_values(expr):
 def test_a_size_the_replay_cannot_evaluate_is_refused_when_the_plan_is_made():
     with pytest.raises(texscope.TexscopeError, match="cannot write the size"):
         size_text(tirx.Select(H > 2, H, W))
+
+
+def test_a_symbolic_size_layout_transform_is_an_injective_gather():
+    # TVM's scatter is opaque: an unpack, ReLU6 and repack of the NHWC
+    # network were three kernels instead of one.
+    out = run_pass(relax.transform.LegalizeOps(REPLACED), symbolic.Pack)
+    patterns = [relax.transform.AnnotateTIROpPattern()(mod)["te_layout_transform"].attrs["op_pattern"]
+                for mod in (out, relax.transform.LegalizeOps()(symbolic.Pack))]
+    assert patterns == [2, 8]
+    # The gather's output carries Relax's own extents.
+    (gather,) = [f for f in out.functions.values() if isinstance(f, tirx.PrimFunc)]
+    tvm.ir.assert_structural_equal(list(gather.params[-1].ty.shape),
+                                   list(out["main"].ret_ty.shape.values), map_free_vars=True)
+    inputs = _inputs(symbolic.Pack, 5, 3)
+    np.testing.assert_array_equal(verify.reference_outputs(out, inputs)[0],
+                                  inputs[0].reshape(1, 2, 4, 5, 3).transpose(0, 1, 3, 4, 2))
 
 
 def test_a_symbolic_size_conv_pads_its_channels():

@@ -63,3 +63,13 @@ class StemPadded:
             o = R.nn.conv2d(lv, lv1, padding=1)
             R.output(o)
         return o
+
+
+@I.ir_module
+class Pack:
+    """An NCHW -> NCHW4c layout transform of symbolic height and width."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, "h", "w"), "float32")):
+        gv = R.layout_transform(x, index_map=lambda n, c, h, w: (n, c // 4, h, w, c % 4))
+        return gv

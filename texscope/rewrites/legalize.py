@@ -95,25 +95,23 @@ def layout_transform_gather(bb: relax.BlockBuilder, call: relax.Call) -> relax.E
     """Legalize a layout transform as a gather through the inverse index map.
 
     Falls back to TVM's legalization where the map pads (that one is a gather
-    already) or the input shape is symbolic.
+    already) or a shape is unknown; a symbolic size is fine.
     """
     data = call.args[0]
     shape = data.ty.shape
     index_map = call.attrs.index_map
-    if not isinstance(shape, relax.ShapeExpr) or not all(
-        isinstance(d, tvm.tirx.IntImm) for d in shape.values
-    ):
+    if not isinstance(shape, relax.ShapeExpr) or not isinstance(call.ty.shape, relax.ShapeExpr):
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
     inverse, padding = index_map.non_surjective_inverse(shape.values)
     if not (isinstance(padding, tvm.tirx.IntImm) and int(padding) == 0):
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
+    # Relax's extents: FuseTIR joins the gather's output with its readers'
+    # inputs only where the shapes are structurally equal.
+    out_shape = list(call.ty.shape.values)
 
     def gather(tensor):
-        return te.compute(
-            index_map.map_shape(list(tensor.shape)),
-            lambda *index: tensor(*inverse.map_indices(index)),
-            name="te_layout_transform",
-        )
+        return te.compute(out_shape, lambda *index: tensor(*inverse.map_indices(index)),
+                          name="te_layout_transform")
 
     return bb.call_te(gather, data, primfunc_name_hint="te_layout_transform")
 
