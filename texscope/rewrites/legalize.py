@@ -105,13 +105,16 @@ def layout_transform_gather(bb: relax.BlockBuilder, call: relax.Call) -> relax.E
     inverse, padding = index_map.non_surjective_inverse(shape.values)
     if not (isinstance(padding, tvm.tirx.IntImm) and int(padding) == 0):
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
-    # Relax's extents: FuseTIR joins the gather's output with its readers'
-    # inputs only where the shapes are structurally equal.
-    out_shape = list(call.ty.shape.values)
+    # Of symbolic size, Relax's extents: FuseTIR joins the gather's output
+    # with its readers' inputs only where the shapes are structurally equal.
+    static = static_shape(call.ty) is not None
 
     def gather(tensor):
-        return te.compute(out_shape, lambda *index: tensor(*inverse.map_indices(index)),
-                          name="te_layout_transform")
+        return te.compute(
+            index_map.map_shape(list(tensor.shape)) if static else list(call.ty.shape.values),
+            lambda *index: tensor(*inverse.map_indices(index)),
+            name="te_layout_transform",
+        )
 
     return bb.call_te(gather, data, primfunc_name_hint="te_layout_transform")
 
