@@ -4,12 +4,14 @@ that pack.
 - ``R.ewise_fma(a, b, c)`` has no legalization: VM codegen stops ("CodeGenVM
   cannot emit this Relax operator").  It becomes ``a * b + c``.
 - ``R.nn.conv2d_transpose`` legalizes only with an IOHW kernel, and nothing
-  packs it.  One of static shape becomes what it computes: its data with
-  ``stride - 1`` zeros inserted between pixels (a reshape, a pad and a
-  slice), convolved with the kernel flipped in space and its channel axes
-  swapped, padded by ``dilation * (kernel - 1) - padding`` (plus the output
-  padding at the bottom and right).  That conv packs and reads a texture
-  like any other.  Upsampling decoders (segmentation) use them.
+  packs it.  One of static shape, padded no further than its kernel
+  reaches (``padding <= dilation * (kernel - 1)``), becomes what it
+  computes: its data with ``stride - 1`` zeros inserted between pixels (a
+  reshape, a pad and a slice), convolved with the kernel flipped in space
+  and its channel axes swapped, padded by ``dilation * (kernel - 1) -
+  padding`` (plus the output padding at the bottom and right).  That conv
+  packs and reads a texture like any other.  Upsampling decoders
+  (segmentation) use them.
 
   With ``groups`` > 1 the transpose's kernel is ``(in, out / groups, kh,
   kw)`` in IOHW order: group ``g`` maps input channels ``g * in / groups``
