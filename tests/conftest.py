@@ -127,10 +127,12 @@ def mediapipe():
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``real_models`` (every MediaPipe model on every target,
-    minutes) run only when asked for: ``python -m pytest -m real_models``."""
+    minutes) run only when asked for: ``python -m pytest -m real_models``;
+    those also marked ``default_run`` (one model, so that the default run
+    sees real models too) run always."""
     if "real_models" in (config.option.markexpr or ""):
         return
     skip = pytest.mark.skip(reason="heavy: run with -m real_models")
     for item in items:
-        if "real_models" in item.keywords:
+        if "real_models" in item.keywords and "default_run" not in item.keywords:
             item.add_marker(skip)

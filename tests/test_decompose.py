@@ -1,7 +1,7 @@
 """What TVM 0.27 cannot build for a GPU (ewise_fma, conv2d_transpose with a
-kernel layout other than IOHW, convs of symbolic size) builds with texscope;
-the first two read textures where they convolve and compute the CPU's
-numbers on OpenCL."""
+kernel layout other than IOHW, convs of symbolic size) builds with texscope
+and computes the CPU's numbers on OpenCL; the convs of static size read
+textures."""
 
 import numpy as np
 import pytest
@@ -75,6 +75,27 @@ def test_an_oihw_conv2d_transpose_reads_a_texture_and_matches_the_cpu(target):
     assert check.ok, check
 
 
+def test_a_grouped_conv2d_transpose_becomes_a_grouped_conv_of_regrouped_weights():
+    out = run_pass(DecomposeForGPU(), decomposed.TransposeGrouped)
+    tvm.ir.assert_structural_equal(out, decomposed.TransposeGroupedDecomposed)
+
+
+@pytest.mark.parametrize("mod, reference, kernel_to_iohw", [
+    (decomposed.TransposeGrouped, decomposed.TransposeGrouped, lambda w: w),
+    (decomposed.TransposeDepthwiseOIHW, decomposed.TransposeDepthwiseIOHW,
+     lambda w: w.transpose(1, 0, 2, 3).copy()),
+], ids=["grouped_iohw", "depthwise_oihw"])
+@pytest.mark.parametrize("target", ["adreno-opencl", "mali-opencl"])
+def test_a_grouped_conv2d_transpose_reads_a_texture_and_matches_the_cpu(
+        mod, reference, kernel_to_iohw, target):
+    inputs = verify.random_inputs(mod)
+    expected = verify.reference_outputs(reference, [inputs[0], kernel_to_iohw(inputs[1])])
+    result, outputs = _run(mod, inputs, target)
+    assert result.report.build["convs_reading_texture"] == result.report.build["convs"] == 1
+    check = verify.compare(outputs, expected, rtol=1e-5, atol=1e-5)
+    assert check.ok, check
+
+
 def test_an_nhwc_conv2d_transpose_with_odd_channels_matches_the_cpu():
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (1, 5, 7, 6)).astype("float32")
@@ -95,7 +116,7 @@ def test_an_nhwc_conv2d_transpose_with_odd_channels_matches_the_cpu():
     np.testing.assert_allclose(out.transpose(0, 3, 1, 2), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_a_symbolic_size_conv_builds_where_tvms_build_does_not():
+def test_a_symbolic_size_conv_builds_and_runs_where_tvms_build_does_not():
     # TVM's SpecializePrimFuncBasedOnCallSite rebuilds each parameter from the
     # call site's shape, and tirx.Specialize rejects ``height + 2 - 3 + 1``;
     # texscope specializes texture parameters only (static by definition) and
@@ -104,8 +125,11 @@ def test_a_symbolic_size_conv_builds_where_tvms_build_does_not():
         tvm.compile(decomposed.SymbolicConv, target=TARGET)
     result = texscope.build(decomposed.SymbolicConv, "adreno-opencl")
     assert result.report.build["convs"] == 1 and result.report.build["convs_reading_texture"] == 0
-    assert result.report.build["kernels"] >= 1
-    opencl.compile_source(result.opencl_source)  # PoCL compiles every kernel
-    # texscope's executor binds static shapes only: a named error, not a crash.
-    with pytest.raises(texscope.TexscopeError, match="needs tensors with static shapes"):
-        opencl.run(result, [np.zeros((1, 8, 10, 12), "float32"), np.zeros((8, 8, 3, 3), "float32")])
+    # One build, two sizes (tests/test_symbolic.py runs whole networks).
+    for height, width in ((10, 12), (7, 19)):
+        inputs = verify.random_inputs(decomposed.SymbolicConv, sizes={"height": height,
+                                                                      "width": width})
+        (out,) = opencl.run(result, inputs).outputs
+        (expected,) = verify.reference_outputs(decomposed.SymbolicConv, inputs)
+        assert out.shape == (1, 8, height, width)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

@@ -15,7 +15,7 @@ from texscope.models import zoo
 from texscope.cli import main
 from texscope.knowledge import profile as cost_profile
 from texscope.opencl import memory
-from texscope.opencl.launches import ParamArg, WorkspaceArg, kernel_launches
+from texscope.opencl.launches import ParamArg, Workspace, kernel_launches
 from texscope.opencl.program import Copy, KernelCall, TensorSpec, read_program
 from texscope.opencl.source import kernel_signatures, pyopencl
 from texscope.backend.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
@@ -220,7 +220,7 @@ def test_an_image_over_the_device_limits_is_a_clear_error():
 def test_host_workspaces_become_scratch_buffers():
     result = texscope.build(rules.ConvRelu, "adreno-opencl")
     launches = kernel_launches(result.kernels)
-    scratch = [a for ls in launches.values() for l in ls for a in l.args if isinstance(a, WorkspaceArg)]
+    scratch = [a for ls in launches.values() for l in ls for a in l.args if isinstance(a, Workspace)]
     assert scratch and all(a.nbytes > 0 for a in scratch)
 
 

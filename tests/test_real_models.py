@@ -1,12 +1,15 @@
 """MediaPipe's published models, built by texscope for Adreno and Mali and run
 on OpenCL (PoCL in CI) against the CPU.
 
-The default run builds face_detection_short_range (an RGB 5x5 stem, convs of
-36 and 42 channels, depthwise and strided convs, pads, pools, a concat) for
-both targets and one float16 build; ``python -m pytest -m real_models`` builds
-every model that imports for both targets, and each in float16.
+``python -m pytest -m real_models`` builds every model that imports for both
+targets (adreno-opencl and mali-opencl, each run on OpenCL against the CPU),
+and each in float16.  The default run runs a part of it (marked
+``default_run``): face_detection_short_range (an RGB 5x5 stem, convs of 36
+and 42 channels, depthwise and strided convs, pads, pools, a concat) for both
+targets and hand_recrop in float16.
 """
 
+import itertools
 import subprocess
 import sys
 
@@ -25,13 +28,27 @@ from test_tflite import IMPORTABLE
 
 TARGETS = ("adreno-opencl", "mali-opencl")
 FAST = "face_detection_short_range"
+FAST_FLOAT16 = "hand_recrop"
+
+
+def _marks(name: str, fast: str) -> tuple:
+    """Every case is under the real_models marker; the fast one runs by default too."""
+    return (pytest.mark.real_models, *((pytest.mark.default_run,) if name == fast else ()))
 
 
 def _cases(fast):
-    for name in IMPORTABLE:
-        for target in TARGETS:
-            marks = () if name in fast else (pytest.mark.real_models,)
-            yield pytest.param(name, target, marks=marks, id=f"{name}-{target}")
+    return [pytest.param(name, target, marks=_marks(name, fast), id=f"{name}-{target}")
+            for name in IMPORTABLE for target in TARGETS]
+
+
+def _marked(marker: str) -> list[tuple]:
+    return [tuple(case.values) for case in _cases(FAST)
+            if any(mark.name == marker for mark in case.marks)]
+
+
+def test_the_marker_covers_every_importable_model_on_every_target():
+    assert sorted(_marked("real_models")) == sorted(itertools.product(IMPORTABLE, TARGETS))
+    assert _marked("default_run") == [(FAST, target) for target in TARGETS]
 
 
 def _operators(mod):
@@ -54,7 +71,7 @@ def test_every_operator_of_every_importable_model_has_a_registry_entry(mediapipe
             "relax.matmul", "relax.sigmoid", "relax.astype", "relax.concat"} <= used
 
 
-@pytest.mark.parametrize("name, target", _cases({FAST}))
+@pytest.mark.parametrize("name, target", _cases(FAST))
 def test_a_model_packs_every_conv_builds_runs_and_matches_the_cpu(mediapipe, name, target):
     mod = load_tflite(mediapipe[name])
     result = texscope.build(mod, opencl.device_target(None, target))
@@ -74,8 +91,7 @@ def test_a_model_packs_every_conv_builds_runs_and_matches_the_cpu(mediapipe, nam
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=() if name == "hand_recrop" else (pytest.mark.real_models,))
-    for name in IMPORTABLE])
+    pytest.param(name, marks=_marks(name, FAST_FLOAT16)) for name in IMPORTABLE])
 def test_a_float16_build_compiles_half_texel_kernels(mediapipe, name):
     mod = relax.transform.ToMixedPrecision(out_dtype="float16")(load_tflite(mediapipe[name]))
     result = texscope.build(mod, "adreno-opencl")

@@ -132,7 +132,7 @@ def _drop_tensor(data):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda d: d.update(version=99), r"plan version 99; this texscope reads version 1"),
+    (lambda d: d.update(version=99), r"plan version 99; this texscope reads versions 1 to 2"),
     (lambda d: d.update(format="other"), r"not a texscope OpenCL plan"),
     (lambda d: d.pop("steps"), r"incomplete plan \(KeyError: 'steps'\)"),
     (_drop_tensor, r"steps name tensors the plan does not declare"),

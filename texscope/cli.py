@@ -132,6 +132,29 @@ def cmd_explain(args) -> None:
         print(f"graph: {graph_svg(report, args.svg, focus=args.tensor)}")
 
 
+def _sizes(given: list[str], model) -> dict[str, int]:
+    """``--size NAME=N`` values, checked against main's symbolic sizes before
+    the build (which takes minutes on a real model)."""
+    sizes = {}
+    for item in given:
+        name, _, value = item.partition("=")
+        if not name.isidentifier() or not value.isdigit() or int(value) < 1:
+            raise TexscopeError(f"--size {item}: expected NAME=N with N a positive integer")
+        sizes[name] = int(value)
+    symbolic = [str(d.name) for p in model["main"].params
+                for d in getattr(getattr(p.ty, "shape", None), "values", ())
+                if isinstance(d, tvm.ir.Var)]
+    missing = sorted(set(symbolic) - set(sizes))
+    if missing:
+        raise TexscopeError(f"main's inputs have symbolic sizes ({', '.join(missing)}): give "
+                            f"each with --size, e.g. --size {missing[0]}=224")
+    unknown = sorted(set(sizes) - set(symbolic))
+    if unknown:
+        raise TexscopeError(f"--size {unknown[0]}: main's inputs have no size of that name "
+                            f"({', '.join(sorted(set(symbolic))) or 'all are static'})")
+    return sizes
+
+
 def cmd_run(args) -> int:
     from . import opencl
     from .diagnostics import verify
@@ -143,13 +166,14 @@ def cmd_run(args) -> int:
             f"this TVM (it has no {'SPIR-V' if kind == 'vulkan' else kind} code generator); "
             f"`texscope build --target {args.target}` still writes the plan and report")
     model = load_model(args.model, args.module)
+    sizes = _sizes(args.size, model)
     device = opencl.default_device()
     # Textures must fit this device's images as well as the target's.
     target = opencl.device_target(device, args.target)
     print(f"building for {args.target} (texture limits {target['texture_spatial_limit']} x "
           f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
     result = build(model, target, log=_print_stage, profile=args.cost_profile)
-    inputs = verify.random_inputs(model, seed=args.seed)
+    inputs = verify.random_inputs(model, seed=args.seed, sizes=sizes)
     run = opencl.run(result, inputs, device)
     check = verify.compare(run.outputs, verify.reference_outputs(model, inputs),
                            rtol=args.tolerance, atol=args.tolerance)
@@ -224,6 +248,9 @@ def main(argv=None) -> int:
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--tolerance", type=float, default=1e-3, help="rtol and atol of the comparison")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="the value of a symbolic input size (R.Tensor((1, 3, 'h', 'w')): "
+                        "--size h=224 --size w=224); one build runs at any size")
     p.add_argument("--top", type=int, default=15, help="how many of the slowest commands to print")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.set_defaults(run=cmd_run)

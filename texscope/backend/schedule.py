@@ -185,6 +185,12 @@ class EpilogueConv2d(dlight.ScheduleRule):
     def apply(self, func, target, tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
             return None
+        # Checked here: the Adreno rule's own check sees a Schedule, not the
+        # PrimFunc.  Of symbolic size, its vthread split of the output
+        # channels loses the bound on them once an epilogue is inlined, and
+        # the kernel writes past its output (run on PoCL).
+        if not _static_params(func):
+            return None
         sch = s_tir.Schedule(func)
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             if (_is_spatial(sch, block)
@@ -195,6 +201,28 @@ class EpilogueConv2d(dlight.ScheduleRule):
                 except s_tir.ScheduleError:
                     pass
         return self.conv2d.apply(sch, target, tunable)
+
+
+class _NoneOnScheduleError(dlight.ScheduleRule):
+    """One of TVM's generic rules, declining (None) where it fails.
+
+    ``dlight.gpu.GeneralReduction`` binds a reduction shorter than its 256
+    threads and stops in ``bind`` ("does not have compact dataflow"), as it
+    does on a conv of symbolic size with 27 or 36 products per output; the
+    next rule (``dlight.gpu.Fallback``) schedules that kernel.
+    """
+
+    def __init__(self, rule: dlight.ScheduleRule):
+        self.rule = rule
+
+    def is_target_available(self, target) -> bool:
+        return self.rule.is_target_available(target)
+
+    def apply(self, func, target, tunable):
+        try:
+            return self.rule.apply(func, target, tunable)
+        except s_tir.ScheduleError:
+            return None
 
 
 def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
@@ -258,7 +286,8 @@ def schedule_passes() -> list:
             _on_every_texture_target(dlight.adreno.Fallback),
         ),
         dlight.ApplyDefaultSchedule(
-            dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
+            dlight.gpu.Reduction(), _NoneOnScheduleError(dlight.gpu.GeneralReduction()),
+            dlight.gpu.Fallback()
         ),
         RequireTextureKernelsOnThreads,
     ]

@@ -250,18 +250,29 @@ def parameter_roles(mod: tvm.IRModule) -> dict[relax.Var, tuple[str, str]]:
     return roles
 
 
-def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
-    """Random arrays for main's parameters (static shapes), valid for their operators.
+def _extent(dim, sizes: dict[str, int], name: str) -> int:
+    if isinstance(dim, tvm.tirx.IntImm):
+        return int(dim.value)
+    if isinstance(dim, tvm.ir.Var) and str(dim.name) in sizes:
+        return int(sizes[str(dim.name)])
+    raise TexscopeError(f"the extent {dim} of {name} is symbolic: give its size variables "
+                        f"as sizes={{...}}", "main", name)
+
+
+def random_inputs(mod: tvm.IRModule, seed: int = 0,
+                  sizes: dict[str, int] | None = None) -> list[np.ndarray]:
+    """Random arrays for main's parameters, valid for their operators.
 
     Weights are uniform with variance 1 / fan-in; batch-norm and layer-norm
     scales uniform in [0.75, 1.25], shifts and means in [-0.25, 0.25],
-    variances in [0.5, 1.5]; everything else uniform in [-1, 1].
+    variances in [0.5, 1.5]; everything else uniform in [-1, 1].  A symbolic
+    extent that is a size variable (``"h"``) takes its value from ``sizes``.
     """
     rng = np.random.default_rng(seed)
     roles = parameter_roles(mod)
     arrays = []
     for param in mod["main"].params:
-        shape = [int(d) for d in param.ty.shape.values]
+        shape = [_extent(d, sizes or {}, param.name) for d in param.ty.shape.values]
         role, op = roles.get(param, ("data", ""))
         if role == "weight":
             high = math.sqrt(3.0 / max(fan_in(op, shape), 1))

@@ -3,9 +3,10 @@ build, and its replay on a real OpenCL implementation (PoCL in CI, any GPU
 where there is one).
 
 pyopencl and an OpenCL driver with image support are needed only here.
-``plan``, ``replay``, ``memory`` and ``source`` import no TVM (the replay runs
-where only numpy and pyopencl are installed); ``executor``, ``program`` and
-``launches`` read a build and need TVM.  Names load on first use, so that
+``plan``, ``sizes``, ``resolve``, ``replay``, ``memory`` and ``source`` import
+no TVM (the replay runs where only numpy and pyopencl are installed);
+``executor``, ``program``, ``launches`` and ``tir_sizes`` read a build and
+need TVM.  Names load on first use, so that
 ``python -m texscope.opencl.replay`` imports nothing it does not run.
 """
 

@@ -5,6 +5,14 @@ parameters and launches device kernels with ``call_ffi_kernel``: the kernel's
 name, one argument per kernel parameter (a tensor's data or a scalar), then
 one extent per entry of the call's ``launch_params`` (``blockIdx.*`` and
 ``threadIdx.*``).  That is all an executor needs; nothing here is guessed.
+
+Where the model's size is symbolic, the host function reads its size
+variables off its tensor parameters' shapes (``height`` of a buffer of shape
+``(1, 8, height, width)``) or takes them as scalar parameters, binds more
+(``cse_v1 = width + 2``), and passes them to the kernels as scalar
+arguments; launch extents and workspace sizes are expressions of them too.
+Here those stay TIR expressions of the host function's parameters and shape
+variables, the bound ones substituted; the executor binds them per call site.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ from tvm import tirx
 
 from ..errors import TexscopeError
 from ..knowledge.scopes import is_texture_scope
-from .plan import ScalarArg, WorkspaceArg
+from .plan import ScalarArg
+from .tir_sizes import integer_typed, substituted
 
 _CALL_KERNEL = "tirx.call_ffi_kernel"
 _BUFFER_DATA = "tirx.buffer_data"
@@ -40,13 +49,42 @@ class ParamArg:
 
 
 @attrs.frozen
+class SizeArg:
+    """A scalar kernel argument that depends on the size of the tensors: a
+    TIR expression of the host function's parameters and shape variables."""
+
+    expr: object
+    dtype: str
+
+
+@attrs.frozen
+class Workspace:
+    """Scratch memory a host function allocates for its kernels (a padded
+    input, say): ``nbytes`` of buffer (an int, or a TIR expression like
+    :class:`SizeArg`'s), private to one call."""
+
+    name: str
+    nbytes: object
+
+
+@attrs.frozen
 class Launch:
-    """One kernel launch: OpenCL global and local work sizes (x, y, z)."""
+    """One kernel launch: OpenCL global and local work sizes (x, y, z), each
+    an int or, for a model of symbolic size, a TIR expression."""
 
     kernel: str
-    args: tuple[ParamArg | WorkspaceArg | ScalarArg, ...]
-    global_size: tuple[int, int, int]
-    local_size: tuple[int, int, int]
+    args: tuple[ParamArg | Workspace | ScalarArg | SizeArg, ...]
+    global_size: tuple
+    local_size: tuple
+
+
+@attrs.frozen
+class HostFunction:
+    """A host function's parameters (TIR variables; a tensor's has a
+    ``BufferType`` with its shape) and the kernels it launches, in order."""
+
+    params: tuple
+    launches: tuple[Launch, ...]
 
 
 def _host_function(func: tirx.PrimFunc) -> bool:
@@ -66,9 +104,24 @@ class _HostReader:
         # Buffer var -> the tensor parameter index or workspace it aliases.
         self.tensor_of: dict = {param: i for i, param in enumerate(func.params)}
         self.launches: list[Launch] = []
+        # Variables the host body binds (``cse_v1 = width + 2``), their values
+        # in terms of parameters and shape variables only.
+        self.bound: dict = {}
+
+    def value(self, expr):
+        """``expr`` (an int or TIR) with the host body's bound variables replaced
+        by their values; an int where it is constant."""
+        if isinstance(expr, int):
+            return expr
+        if isinstance(expr, tirx.IntImm):
+            return int(expr.value)
+        value = substituted(expr, self.bound)
+        return int(value.value) if isinstance(value, tirx.IntImm) else value
 
     def visit(self, node, visitor):
-        if isinstance(node, tirx.DeclBuffer):
+        if isinstance(node, tirx.Bind):
+            self.bound[node.var] = substituted(node.value, self.bound)
+        elif isinstance(node, tirx.DeclBuffer):
             self.tensor_of[node.buffer] = self._bound(node.data)
         elif isinstance(node, (tirx.For, tirx.While)):
             raise _unsupported(self.name, "a host loop around kernel launches")
@@ -79,16 +132,15 @@ class _HostReader:
             return
         visitor.default_visit(node)
 
-    def _workspace(self, buffer) -> WorkspaceArg:
+    def _workspace(self, buffer) -> Workspace:
         ty = buffer.ty
-        if is_texture_scope(ty.storage_scope) or not all(
-                isinstance(d, tvm.tirx.IntImm) for d in ty.shape):
+        if is_texture_scope(ty.storage_scope):
             raise _unsupported(self.name, f"the workspace {buffer} ({ty.storage_scope}, {list(ty.shape)})")
         dtype = tvm.DataType(str(ty.dtype))
-        nbytes = math.prod(int(d.value) for d in ty.shape) * dtype.bits * dtype.lanes // 8
-        return WorkspaceArg(str(buffer.name), nbytes)
+        elements = math.prod((self.value(d) for d in ty.shape), start=1)
+        return Workspace(str(buffer.name), self.value(elements * (dtype.bits * dtype.lanes // 8)))
 
-    def _bound(self, data) -> int | WorkspaceArg:
+    def _bound(self, data) -> int | Workspace:
         """What a ``buffer_data(buffer)`` expression points at: a tensor
         parameter's index or a workspace."""
         if (isinstance(data, tvm.ir.Call) and data.op.name == _BUFFER_DATA
@@ -108,31 +160,29 @@ class _HostReader:
         extents = call.args[1 + n_params:]
         grid, block = [1, 1, 1], [1, 1, 1]
         for tag, extent in zip(call.attrs.launch_params, extents):
-            if not isinstance(extent, tvm.tirx.IntImm):
-                raise _unsupported(self.name, f"the symbolic launch extent {tag} = {extent}")
             kind, _, axis = str(tag).partition(".")
             sizes = {"blockIdx": grid, "threadIdx": block}.get(kind)
             if sizes is None or axis not in _AXES:
                 raise _unsupported(self.name, f"the launch parameter {tag}")
-            sizes[_AXES.index(axis)] = int(extent.value)
-        return Launch(
-            kernel_name, args,
-            tuple(g * b for g, b in zip(grid, block)), tuple(block),
-        )
+            sizes[_AXES.index(axis)] = self.value(extent)
+        return Launch(kernel_name, args,
+                      tuple(self.value(g * b) for g, b in zip(grid, block)), tuple(block))
 
-    def _arg(self, value, param) -> ParamArg | WorkspaceArg | ScalarArg:
+    def _arg(self, value, param) -> ParamArg | Workspace | ScalarArg | SizeArg:
         if isinstance(param.ty, tvm.ir.PointerType):
             bound = self._bound(value)
-            if isinstance(bound, WorkspaceArg):
+            if isinstance(bound, Workspace):
                 return bound
             return ParamArg(bound, str(param.ty.storage_scope))
         if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
             return ScalarArg(value.value, str(value.dtype))
+        if integer_typed(value):
+            return SizeArg(self.value(value), str(value.ty.dtype))
         raise _unsupported(self.name, f"the run-time scalar argument {value}")
 
 
-def kernel_launches(lowered: tvm.IRModule) -> dict[str, tuple[Launch, ...]]:
-    """Host function name to the kernels it launches, in order."""
+def host_functions(lowered: tvm.IRModule) -> dict[str, HostFunction]:
+    """Host function name to its parameters and the kernels it launches."""
     kernels = {gv.name_hint: f for gv, f in lowered.functions.items()
                if isinstance(f, tirx.PrimFunc) and not _host_function(f)}
     table = {}
@@ -141,5 +191,10 @@ def kernel_launches(lowered: tvm.IRModule) -> dict[str, tuple[Launch, ...]]:
             continue
         reader = _HostReader(gv.name_hint, func, kernels)
         tvm_ffi.structural_visit(func.body, reader.visit)
-        table[gv.name_hint] = tuple(reader.launches)
+        table[gv.name_hint] = HostFunction(tuple(func.params), tuple(reader.launches))
     return table
+
+
+def kernel_launches(lowered: tvm.IRModule) -> dict[str, tuple[Launch, ...]]:
+    """Host function name to the kernels it launches, in order."""
+    return {name: host.launches for name, host in host_functions(lowered).items()}

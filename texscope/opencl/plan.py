@@ -11,6 +11,12 @@ Files (``PLAN_FILE``, ``WEIGHTS_FILE``, next to the OpenCL source):
     ``format``/``version``; ``target`` (the build's target, for the reader);
     ``kernels``: the OpenCL source file; ``weights``: the ``.npz`` of
     constants (absent without constants);
+    ``sizes``: the names of the size variables of a model built for any
+    input size (``R.Tensor((1, 3, "h", "w"))``; absent when every shape is
+    static); wherever a number depends on them (a tensor's extent, a kernel's
+    scalar, a workspace's bytes, a work size) the plan writes it as an
+    expression of them (``"(h - 1) // 2 + 1"``, see ``sizes.py``), and the
+    replay binds them from the input arrays' shapes;
     ``tensors``: ``[{name, shape, dtype, scope}]``, every tensor the program
     holds, ``scope`` ``global`` (a buffer) or a texture flavour (an
     ``image2d_array_t``, folded as ``texscope.knowledge.scopes.FLAVOUR_AXES`` says);
@@ -20,9 +26,10 @@ Files (``PLAN_FILE``, ``WEIGHTS_FILE``, next to the OpenCL source):
     ``{"kind": "kernel", binding, function, kernel, args, global_size, local_size}``
     (``args`` one per kernel parameter: ``{"tensor", "scope"}`` with the scope
     the kernel declares, ``{"workspace", "nbytes"}`` for scratch memory private
-    to the step, or ``{"scalar", "dtype"}``; sizes are OpenCL's global and
-    local work sizes) or ``{"kind": "copy", binding, source, target}`` (the
-    same values moved into another storage);
+    to the step, or ``{"scalar", "dtype"}``, a number or a size expression;
+    sizes are OpenCL's global and local work sizes) or
+    ``{"kind": "copy", binding, source, target}`` (the same values moved into
+    another storage);
     ``outputs``: tensor names ``main`` returns, flattened.
 ``weights.npz``
     One array per constant, keyed by its tensor name.
@@ -38,20 +45,30 @@ import numpy as np
 
 from ..errors import TexscopeError
 from ..knowledge.scopes import is_texture_scope
+from . import sizes as size_exprs
 
 FORMAT = "texscope-opencl-plan"
-VERSION = 1
+# Version 2 added symbolic sizes; a version-1 plan is a version-2 plan without them.
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 PLAN_FILE = "plan.json"
 WEIGHTS_FILE = "weights.npz"
 KERNELS_FILE = "kernels.cl"
 
 
+def _sizes(values) -> tuple:
+    return tuple(size_exprs.validate(v) for v in values)
+
+
 @attrs.frozen
 class TensorSpec:
-    """One tensor of the program: its name, shape, element type and storage."""
+    """One tensor of the program: its name, shape, element type and storage.
+
+    Each extent is an int, or a size expression (text) for a model built for
+    any input size."""
 
     name: str
-    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    shape: tuple[int | str, ...] = attrs.field(converter=_sizes)
     dtype: str
     scope: str
 
@@ -72,17 +89,21 @@ class TensorArg:
 @attrs.frozen
 class WorkspaceArg:
     """Scratch memory a host function allocates for its kernels (a padded
-    input, say): ``nbytes`` of buffer, private to one step."""
+    input, say): ``nbytes`` of buffer (an int or a size expression), private
+    to one step."""
 
     name: str
-    nbytes: int
+    nbytes: int | str = attrs.field(converter=size_exprs.validate)
 
 
 @attrs.frozen
 class ScalarArg:
-    """A kernel argument known at compile time."""
+    """A kernel argument that is not memory: a number, or for a model built
+    for any input size a size expression (a shape value TVM's kernels take
+    as a scalar, such as ``"h * w"``)."""
 
-    value: int | float
+    value: int | float | str = attrs.field(
+        converter=lambda v: size_exprs.validate(v) if isinstance(v, str) else v)
     dtype: str
 
 
@@ -94,8 +115,8 @@ class KernelStep:
     function: str
     kernel: str
     args: tuple[TensorArg | WorkspaceArg | ScalarArg, ...] = attrs.field(converter=tuple)
-    global_size: tuple[int, int, int] = attrs.field(converter=tuple)
-    local_size: tuple[int, int, int] = attrs.field(converter=tuple)
+    global_size: tuple[int | str, int | str, int | str] = attrs.field(converter=_sizes)
+    local_size: tuple[int | str, int | str, int | str] = attrs.field(converter=_sizes)
 
 
 @attrs.frozen
@@ -118,15 +139,22 @@ class Plan:
     steps: tuple[KernelStep | CopyStep, ...]
     outputs: tuple[str, ...]
     target: str = ""
+    sizes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def spec(self, name: str) -> TensorSpec:
         return self.tensors[name]
+
+    @property
+    def is_symbolic(self) -> bool:
+        """Whether some number of the plan depends on the input's size."""
+        return bool(self.sizes)
 
     def to_json(self) -> dict:
         return {
             "format": FORMAT,
             "version": VERSION,
             "target": self.target,
+            **({"sizes": list(self.sizes)} if self.sizes else {}),
             "kernels": KERNELS_FILE,
             **({"weights": WEIGHTS_FILE} if self.constants else {}),
             "tensors": [_tensor_json(t) for t in self.tensors.values()],
@@ -173,7 +201,7 @@ def _arg(item: dict):
     if "tensor" in item:
         return TensorArg(item["tensor"], item["scope"])
     if "workspace" in item:
-        return WorkspaceArg(item["workspace"], int(item["nbytes"]))
+        return WorkspaceArg(item["workspace"], item["nbytes"])
     return ScalarArg(item["scalar"], item["dtype"])
 
 
@@ -206,9 +234,9 @@ def read_plan(directory) -> Plan:
         raise TexscopeError(f"{path}:{err.lineno}: not JSON ({err.msg})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise TexscopeError(f"{path}: not a texscope OpenCL plan (format {FORMAT!r} expected)")
-    if data.get("version") != VERSION:
+    if data.get("version") not in READABLE_VERSIONS:
         raise TexscopeError(f"{path}: plan version {data.get('version')!r}; this texscope "
-                            f"reads version {VERSION}: rebuild the model")
+                            f"reads versions {READABLE_VERSIONS[0]} to {VERSION}: rebuild the model")
     try:
         tensors = {t["name"]: TensorSpec(t["name"], t["shape"], t["dtype"], t["scope"])
                    for t in data["tensors"]}
@@ -219,10 +247,13 @@ def read_plan(directory) -> Plan:
             with np.load(root / data["weights"]) as weights:
                 constants = {name: weights[name] for name in data["constants"]}
         plan = Plan(source, tensors, tuple(data["inputs"]), constants, steps,
-                    tuple(data["outputs"]), data.get("target", ""))
+                    tuple(data["outputs"]), data.get("target", ""), data.get("sizes", ()))
     except (KeyError, TypeError, ValueError, OSError) as err:
         raise TexscopeError(f"{path}: incomplete plan ({type(err).__name__}: {err})") from None
+    except TexscopeError as err:
+        raise TexscopeError(f"{path}: {err}") from None
     _check_names(plan, path)
+    _check_sizes(plan, path)
     return plan
 
 
@@ -237,3 +268,33 @@ def _check_names(plan: Plan, path: Path) -> None:
     if unknown:
         raise TexscopeError(f"{path}: steps name tensors the plan does not declare: "
                             f"{', '.join(unknown[:5])}")
+
+
+def size_values(plan: Plan):
+    """Every number of the plan that may be a size expression, with what it sizes."""
+    for spec in plan.tensors.values():
+        for extent in spec.shape:
+            yield f"the shape of {spec.name}", extent
+    for step in plan.steps:
+        if isinstance(step, KernelStep):
+            where = f"the launch of {step.kernel} at {step.binding}"
+            for arg in step.args:
+                if isinstance(arg, ScalarArg):
+                    yield where, arg.value
+                elif isinstance(arg, WorkspaceArg):
+                    yield where, arg.nbytes
+            for size in (*step.global_size, *step.local_size):
+                yield where, size
+
+
+def _check_sizes(plan: Plan, path: Path) -> None:
+    """Every expression uses declared size variables only (and parses)."""
+    declared = set(plan.sizes)
+    for what, size in size_values(plan):
+        try:
+            unknown = size_exprs.names(size) - declared
+        except TexscopeError as err:
+            raise TexscopeError(f"{path}: {what}: {err}") from None
+        if unknown:
+            raise TexscopeError(f"{path}: {what} uses {', '.join(sorted(unknown))}, not among "
+                                f"the plan's sizes ({', '.join(plan.sizes) or 'none'})")

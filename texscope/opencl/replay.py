@@ -27,6 +27,7 @@ from ..errors import TexscopeError
 from ..diagnostics.numerics import compare
 from .memory import DeviceMemory
 from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, WorkspaceArg, read_plan
+from .resolve import bind_sizes, resolved
 from .source import compiled, default_device, devices, kernel_signatures, pick_device, pyopencl
 
 
@@ -114,6 +115,7 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
     ----------
     plan : Plan
         From :func:`texscope.opencl.plan.read_plan`, or made from a build.
+        A plan of symbolic size runs at the size of ``inputs``.
     inputs : sequence of numpy arrays
         One per parameter of ``main``, in order.
     device : pyopencl.Device, optional
@@ -126,6 +128,8 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
     cl = pyopencl()
     if len(inputs) != len(plan.inputs):
         raise TexscopeError(f"main takes {len(plan.inputs)} inputs, got {len(inputs)}")
+    if plan.is_symbolic:
+        plan = resolved(plan, bind_sizes(plan, inputs))
     device = device or default_device()
     context, program = compiled(plan.source, device)
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
@@ -180,6 +184,9 @@ def read_arrays(path, names: tuple[str, ...], what: str) -> list[np.ndarray]:
 
 def random_inputs(plan: Plan, seed: int = 0) -> list[np.ndarray]:
     """Uniform [-1, 1) arrays for ``main``'s parameters."""
+    if plan.is_symbolic:
+        raise TexscopeError(f"main's inputs have symbolic sizes ({', '.join(plan.sizes)}): "
+                            "give arrays of the size to run with --inputs")
     rng = np.random.default_rng(seed)
     return [rng.uniform(-1, 1, plan.spec(name).shape).astype(plan.spec(name).dtype)
             for name in plan.inputs]

@@ -4,12 +4,21 @@ that pack.
 - ``R.ewise_fma(a, b, c)`` has no legalization: VM codegen stops ("CodeGenVM
   cannot emit this Relax operator").  It becomes ``a * b + c``.
 - ``R.nn.conv2d_transpose`` legalizes only with an IOHW kernel, and nothing
-  packs it.  An ungrouped one of static shape becomes what it computes: its
-  data with ``stride - 1`` zeros inserted between pixels (a reshape, a pad
-  and a slice), convolved with the kernel flipped in space and its channel
-  axes swapped, padded by ``dilation * (kernel - 1) - padding`` (plus the
-  output padding at the bottom and right).  That conv packs and reads a
-  texture like any other.  Upsampling decoders (segmentation) use them.
+  packs it.  One of static shape, padded no further than its kernel
+  reaches (``padding <= dilation * (kernel - 1)``), becomes what it
+  computes: its data with ``stride - 1`` zeros inserted between pixels (a
+  reshape, a pad and a slice), convolved with the kernel flipped in space
+  and its channel axes swapped, padded by ``dilation * (kernel - 1) -
+  padding`` (plus the output padding at the bottom and right).  That conv
+  packs and reads a texture like any other.  Upsampling decoders
+  (segmentation) use them.
+
+  With ``groups`` > 1 the transpose's kernel is ``(in, out / groups, kh,
+  kw)`` in IOHW order: group ``g`` maps input channels ``g * in / groups``
+  onwards to output channels ``g * out / groups`` onwards.  The conv's
+  kernel is ``(out, in / groups, kh, kw)``, so each group's block is
+  transposed on its own: a reshape to ``(groups, in / groups, out / groups,
+  kh, kw)``, a swap of the two channel axes, a reshape back.
 """
 
 from __future__ import annotations
@@ -54,13 +63,25 @@ def _zero_inserted(data, shape: list[int], strides: tuple[int, int]):
                                   end=[(height - 1) * stride_h + 1, (width - 1) * stride_w + 1])
 
 
+def _conv_kernel(weight, shape: list[int], layout: str, groups: int):
+    """The transpose's kernel as the equivalent conv's OIHW kernel, not yet flipped."""
+    if groups == 1:
+        # The transpose's I is the data's channels: the conv's input channels.
+        return _to_layout(weight, layout, "OIHW")
+    inputs, out_per_group, height, width = (shape[layout.index(axis)] for axis in "IOHW")
+    blocks = relax.op.reshape(_to_layout(weight, layout, "IOHW"),
+                              [groups, inputs // groups, out_per_group, height, width])
+    return relax.op.reshape(relax.op.permute_dims(blocks, [0, 2, 1, 3, 4]),
+                            [groups * out_per_group, inputs // groups, height, width])
+
+
 def _transpose_as_conv(call: relax.Call) -> relax.Expr | None:
     attrs = call.attrs
     data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
     out_layout = str(attrs.out_layout) or data_layout
     data, weight = call.args
     data_shape, weight_shape = _static(data), _static(weight)
-    if (int(attrs.groups) != 1 or data_shape is None or weight_shape is None
+    if (data_shape is None or weight_shape is None
             or not (_plain(data_layout, "NCHW") and _plain(kernel_layout, "OIHW")
                     and _plain(out_layout, "NCHW"))):
         return None
@@ -76,11 +97,12 @@ def _transpose_as_conv(call: relax.Call) -> relax.Expr | None:
     nchw = [data_shape[data_layout.index(axis)] for axis in "NCHW"]
     spread = _zero_inserted(_to_layout(data, data_layout, "NCHW"), nchw,
                             tuple(int(s) for s in attrs.strides))
-    # The transpose's I is the data's channels: the conv's input channels.
-    flipped = relax.op.flip(relax.op.flip(_to_layout(weight, kernel_layout, "OIHW"), 2), 3)
+    groups = int(attrs.groups)
+    flipped = relax.op.flip(relax.op.flip(_conv_kernel(weight, weight_shape, kernel_layout,
+                                                       groups), 2), 3)
     out = relax.op.nn.conv2d(spread, flipped, strides=1, padding=padding, dilation=dilation,
-                             data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
-                             out_dtype=attrs.out_dtype)
+                             groups=groups, data_layout="NCHW", kernel_layout="OIHW",
+                             out_layout="NCHW", out_dtype=attrs.out_dtype)
     return _to_layout(out, "NCHW", out_layout)
 
 
@@ -96,7 +118,7 @@ _REWRITES = (
 
 
 def DecomposeForGPU() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
-    """Rewrite ``ewise_fma`` and ungrouped static ``conv2d_transpose`` (see the
+    """Rewrite ``ewise_fma`` and static ``conv2d_transpose`` (see the
     module docstring); anything else is left as it is."""
 
     def rewrite_with(pattern, rewrite):

@@ -30,11 +30,19 @@ from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm.topi.nn.utils import get_pad_tuple
 from tvm.topi.utils import get_const_tuple
 
-from ..ir.graph import relax_bindings
+from ..ir.graph import relax_bindings, static_shape
 
 
-def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype):
-    """TE compute of a grouped conv2d, data NCHW[x]c, kernel OIHW[x]o."""
+def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype,
+                         out_size=None):
+    """TE compute of a grouped conv2d, data NCHW[x]c, kernel OIHW[x]o.
+
+    ``out_size`` is the output's (height, width) as Relax inferred it; where
+    the data's size is symbolic, the output buffer must carry those very
+    expressions, since FuseTIR maps the conv's output and its readers'
+    inputs (legalized from Relax's types) to one buffer only when the shapes
+    are structurally equal.
+    """
     stride_h, stride_w = strides
     dilation_h, dilation_w = dilation
     batch, _, in_h, in_w, lanes = get_const_tuple(data.shape)
@@ -45,6 +53,8 @@ def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_d
     )
     out_h = (in_h + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
     out_w = (in_w + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    if out_size is not None:
+        out_h, out_w = out_size
     if top or left or bottom or right:
         data = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0),
                            name="conv2d_data_pad")
@@ -66,13 +76,17 @@ def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_d
 
 
 def conv2d_nchwc(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """Legalize a packed conv2d; TVM's Adreno compute when ungrouped and float32."""
-    if int(call.attrs.groups) == 1 and str(call.ty.dtype) == "float32":
+    """Legalize a packed conv2d; TVM's Adreno compute when ungrouped, float32
+    and of static size (its output shape is an unsimplified expression of a
+    symbolic size, which FuseTIR cannot match with the conv's readers)."""
+    static = static_shape(call.ty) is not None
+    if int(call.attrs.groups) == 1 and str(call.ty.dtype) == "float32" and static:
         return legalize_adreno.conv2d_NCHWc_OIHWo(bb, call)
     return bb.call_te(
         grouped_conv2d_nchwc, call.args[0], call.args[1],
         [int(s) for s in call.attrs.strides], [int(p) for p in call.attrs.padding],
         [int(d) for d in call.attrs.dilation], int(call.attrs.groups), str(call.ty.dtype),
+        None if static else list(call.ty.shape.values[2:4]),
         # The planned output storage (its VDevice) is in ty_args; without it
         # the output took whatever scope the specialization inferred.
         ty_args=call.ty_args,
@@ -84,22 +98,23 @@ def layout_transform_gather(bb: relax.BlockBuilder, call: relax.Call) -> relax.E
     """Legalize a layout transform as a gather through the inverse index map.
 
     Falls back to TVM's legalization where the map pads (that one is a gather
-    already) or the input shape is symbolic.
+    already) or a shape is unknown; a symbolic size is fine.
     """
     data = call.args[0]
     shape = data.ty.shape
     index_map = call.attrs.index_map
-    if not isinstance(shape, relax.ShapeExpr) or not all(
-        isinstance(d, tvm.tirx.IntImm) for d in shape.values
-    ):
+    if not isinstance(shape, relax.ShapeExpr) or not isinstance(call.ty.shape, relax.ShapeExpr):
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
     inverse, padding = index_map.non_surjective_inverse(shape.values)
     if not (isinstance(padding, tvm.tirx.IntImm) and int(padding) == 0):
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
+    # Of symbolic size, Relax's extents: FuseTIR joins the gather's output
+    # with its readers' inputs only where the shapes are structurally equal.
+    static = static_shape(call.ty) is not None
 
     def gather(tensor):
         return te.compute(
-            index_map.map_shape(list(tensor.shape)),
+            index_map.map_shape(list(tensor.shape)) if static else list(call.ty.shape.values),
             lambda *index: tensor(*inverse.map_indices(index)),
             name="te_layout_transform",
         )

@@ -38,8 +38,19 @@ def _static(expr) -> list[int] | None:
     return [int(d) for d in shape.values]
 
 
+def _channels(expr, axis: int) -> int | None:
+    """The static extent of ``expr``'s axis ``axis``; None where it is symbolic
+    or the shape unknown.  Only channel axes need to be static: an image of
+    symbolic height and width pads its channels as any other."""
+    shape = expr.ty.shape
+    if not isinstance(shape, relax.ShapeExpr) or not isinstance(shape.values[axis],
+                                                                 tvm.tirx.IntImm):
+        return None
+    return int(shape.values[axis])
+
+
 def _pad_axes(expr, pads: dict[int, int]):
-    rank = len(_static(expr))
+    rank = expr.ty.ndim
     width = []
     for axis in range(rank):
         width += [0, pads.get(axis, 0)]
@@ -67,11 +78,11 @@ def _padded(call: relax.Call) -> relax.Expr | None:
     if not (_plain(data_layout, "C") and _plain(kernel_layout, "OI") and _plain(out_layout, "C")):
         return None
     data, weight = call.args
-    data_shape, weight_shape = _static(data), _static(weight)
-    if data_shape is None or weight_shape is None:
-        return None
     channel, out_axis, in_axis = (data_layout.index("C"), kernel_layout.index("O"),
                                   kernel_layout.index("I"))
+    weight_shape = _static(weight)
+    if weight_shape is None or _channels(data, channel) is None:
+        return None
     groups = int(attrs.groups)
     out_channels, in_per_group = weight_shape[out_axis], weight_shape[in_axis]
     if groups == 1:
