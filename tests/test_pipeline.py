@@ -261,3 +261,30 @@ def test_an_rgb_stem_is_padded_and_reads_texture():
     from texscope.diagnostics.verify import equivalent
 
     assert equivalent(before, out).ok
+
+
+def test_a_layout_conversion_failing_inside_tvm_is_named_and_keeps_its_cause():
+    with pytest.raises(texscope.TexscopeError,
+                       match="packing layouts failed inside TVM's ConvertLayout") as err:
+        texscope.ConvertToPackedLayout(ADRENO)(rules.AlreadyPacked)
+    # TVM's whole message and its error type, which is all that crosses the
+    # pass infrastructure (a chained cause does not); before, only the last
+    # line of the message was kept.
+    assert str(err.value).endswith(
+        "(InternalError: Check failed: (src.ndim() == dst.ndim() && input.ndim() == "
+        "src.ndim()) is false: Layouts must have the same size)")
+
+
+def test_only_what_tvm_raises_for_a_bad_target_is_an_unknown_target(monkeypatch):
+    with pytest.raises(texscope.TexscopeError, match="unknown target") as err:
+        texscope.texture_target({"kind": "opencl", "texture_spatial_limit": "wide"})
+    assert isinstance(err.value.__cause__, ValueError)
+
+    class Broken(tvm.target.Target):  # pylint: disable=too-few-public-methods
+        def __init__(self, _spec):  # pylint: disable=super-init-not-called
+            raise KeyError("a bug, not a bad target")
+
+    # A bug inside target creation is not the user's unknown target.
+    monkeypatch.setattr(tvm.target, "Target", Broken)
+    with pytest.raises(KeyError):
+        texscope.texture_target("adreno-opencl")

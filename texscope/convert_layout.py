@@ -155,26 +155,28 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
     @tvm.transform.module_pass(opt_level=0, name="texscope.ConvertToPackedLayout")
     def convert(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         require_shapes(mod)
-        passes = tvm.transform.Sequential(
-            [
+        with texture.target:
+            mod = tvm.transform.Sequential([
                 relax.transform.DecomposeOpsForInference(),
                 DecomposeForGPU(),
                 PadChannels(),
                 ExpandBroadcastRank(),
-                relax.transform.ConvertLayout({}, registry.desired_layouts),
+            ])(mod)
+            try:
+                mod = relax.transform.ConvertLayout({}, registry.desired_layouts)(mod)
+            except tvm.error.InternalError as err:
+                # Only TVM's message crosses its pass infrastructure (a chained
+                # cause does not): keep all of it and its type.  Only
+                # ConvertLayout is wrapped: an error elsewhere is no layout's.
+                raise TexscopeError(
+                    "packing layouts failed inside TVM's ConvertLayout; an operator whose "
+                    "layout cannot follow NCHW4c needs a registry entry with its "
+                    f"layout_attrs ({type(err).__name__}: {err})"
+                ) from err
+            return tvm.transform.Sequential([
                 relax.transform.Normalize(),
                 FoldConstantsIfAny,
                 LegalizeKeepingAttrs(),
-            ]
-        )
-        with texture.target:
-            try:
-                return passes(mod)
-            except tvm.error.InternalError as err:
-                raise TexscopeError(
-                    "packing layouts failed inside TVM; an operator whose layout cannot "
-                    "follow NCHW4c needs a registry entry with its layout_attrs: "
-                    + str(err).splitlines()[-1]
-                ) from None
+            ])(mod)
 
     return convert

@@ -145,11 +145,14 @@ def make_target(spec: tvm.target.Target | str | dict) -> tvm.target.Target:
     spec = TARGET_PRESETS.get(spec, spec) if isinstance(spec, str) else spec
     try:
         return tvm.target.Target(spec)
-    except Exception as err:  # TVM raises several error types for bad specs
+    except ValueError as err:
+        # What TVM raises for any spec it cannot make a target of (an unknown
+        # kind or tag, bad JSON, an option of the wrong type); anything else is
+        # a bug and propagates.  The cause stays chained for a traceback.
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TexscopeError(
             f"unknown target {spec!r} ({first}); use a preset ({', '.join(TARGET_PRESETS)}), "
-            "a TVM tag such as 'qcom/adreno-opencl-texture', or target JSON") from None
+            "a TVM tag such as 'qcom/adreno-opencl-texture', or target JSON") from err
 
 
 def texture_target(target: tvm.target.Target | str | dict, profile=None) -> TextureTarget:
