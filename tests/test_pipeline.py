@@ -8,6 +8,7 @@ import texscope
 from conftest import ADRENO, TINY, VULKAN, copies, run_pass, scopes, with_ty_args
 from modules import expected, rules, texel_cases
 from texscope.backend import upstream
+from texscope.models import zoo
 from texscope.convert_layout import LegalizeKeepingAttrs
 
 TW = "global.texture-weight"
@@ -253,7 +254,7 @@ def test_a_call_into_a_public_relax_function_is_refused_naming_it():
 
 
 def test_an_rgb_stem_is_padded_and_reads_texture():
-    before = texscope.models.zoo.resnet_style(blocks=1, image=16)
+    before = zoo.resnet_style(blocks=1, image=16)
     out = pipeline(before)
     convs = [b.value for b in out["main"].body.blocks[0].bindings
              if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
