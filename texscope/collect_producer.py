@@ -116,8 +116,6 @@ def writable(graph: FunctionGraph, tensor: Tensor) -> tuple[frozenset, str]:
         if Storage.TEXTURE not in allowed:
             return allowed, "its producer's kernel writes only buffers"
         return allowed, ""
-    if tensor.origin == "param" and graph.params_are_buffers:
-        return BUFFER, "other Relax functions call this one with buffers"
     return ANY, ""
 
 

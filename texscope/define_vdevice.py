@@ -19,8 +19,8 @@ import tvm
 from tvm import relax
 
 from .collect_producer import ProducerInfo
-from .ir.graph import DPS_OPS, dps_inputs
-from .ir.rebuild import Constant, Rebuilder, replace_functions, with_vdevice
+from .ir.graph import DPS_OPS, Constant, dps_inputs
+from .ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from .knowledge.targets import TextureTarget, VDeviceTable
 
 

@@ -213,9 +213,8 @@ class OpSupport:
     ----------
     name : str
         A short label used in reports.
-    key : OpKey, PatternKey, DataMovementKey, ScheduleRuleKey or None
-        Which calls the entry describes; None for entries the stages use
-        directly rather than look up.
+    key : OpKey, PatternKey, DataMovementKey or ScheduleRuleKey
+        Which calls the entry describes.
     inputs : tuple of frozenset of Storage
         Accepted storages per tensor operand; the last one repeats for any
         further operands.
@@ -268,7 +267,7 @@ class OpSupport:
     """
 
     name: str
-    key: OpKey | PatternKey | DataMovementKey | None
+    key: OpKey | PatternKey | DataMovementKey | ScheduleRuleKey
     inputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     outputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     desired_layouts: tuple[str, ...] | None = None
@@ -491,22 +490,15 @@ def entries() -> tuple[OpSupport, ...]:
     return (*_user_entries, *BUILTIN, OPAQUE)
 
 
-FUNCTION_CALL = OpSupport(
-    name="relax_function_call",
-    key=None,
-    inputs=(BUFFER,),
-    outputs=(BUFFER,),
-    sync=NO_SYNC,
-    note="a call between Relax functions passes buffers",
-)
-
-
 def support_for(call: relax.Call, mod: tvm.IRModule) -> OpSupport:
-    """The entry describing a call: the first that matches, else the opaque fallback."""
-    if isinstance(call.op, relax.GlobalVar):
-        return FUNCTION_CALL
+    """The entry describing a call: the first that matches, else the opaque fallback.
+
+    (A direct call of a GlobalVar matches no operator and no ``call_tir``
+    pattern: it is opaque, buffers in and out.  The pipeline inlines or
+    refuses calls between Relax functions before it asks.)
+    """
     for entry in entries():
-        if entry.key is not None and entry.key.matches(call, mod):
+        if entry.key.matches(call, mod):
             return entry
     return OPAQUE
 

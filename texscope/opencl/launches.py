@@ -17,6 +17,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..errors import TexscopeError
+from ..ir.graph import static_dims
 from ..knowledge.scopes import is_texture_scope
 from .plan import ScalarArg, WorkspaceArg
 
@@ -81,11 +82,11 @@ class _HostReader:
 
     def _workspace(self, buffer) -> WorkspaceArg:
         ty = buffer.ty
-        if is_texture_scope(ty.storage_scope) or not all(
-                isinstance(d, tvm.tirx.IntImm) for d in ty.shape):
+        shape = static_dims(ty.shape)
+        if is_texture_scope(ty.storage_scope) or shape is None:
             raise _unsupported(self.name, f"the workspace {buffer} ({ty.storage_scope}, {list(ty.shape)})")
         dtype = tvm.DataType(str(ty.dtype))
-        nbytes = math.prod(int(d.value) for d in ty.shape) * dtype.bits * dtype.lanes // 8
+        nbytes = math.prod(shape) * dtype.bits * dtype.lanes // 8
         return WorkspaceArg(str(buffer.name), nbytes)
 
     def _bound(self, data) -> int | WorkspaceArg:

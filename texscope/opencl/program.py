@@ -14,8 +14,7 @@ import tvm
 from tvm import relax
 
 from ..errors import TexscopeError
-from ..ir.graph import static_shape
-from ..ir.rebuild import Constant as RelaxConstant
+from ..ir.graph import Constant as RelaxConstant, static_shape
 from ..knowledge.scopes import BUFFER_SCOPE
 from .plan import TensorSpec
 

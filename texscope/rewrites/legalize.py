@@ -30,7 +30,7 @@ from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm.topi.nn.utils import get_pad_tuple
 from tvm.topi.utils import get_const_tuple
 
-from ..ir.graph import relax_bindings
+from ..ir.graph import relax_bindings, static_shape
 
 
 def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype):
@@ -84,13 +84,10 @@ def layout_transform_gather(bb: relax.BlockBuilder, call: relax.Call) -> relax.E
     already) or the input shape is symbolic.
     """
     data = call.args[0]
-    shape = data.ty.shape
     index_map = call.attrs.index_map
-    if not isinstance(shape, relax.ShapeExpr) or not all(
-        isinstance(d, tvm.tirx.IntImm) for d in shape.values
-    ):
+    if static_shape(data.ty) is None:
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
-    inverse, padding = index_map.non_surjective_inverse(shape.values)
+    inverse, padding = index_map.non_surjective_inverse(data.ty.shape.values)
     if not (isinstance(padding, tvm.tirx.IntImm) and int(padding) == 0):
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
 
