@@ -142,5 +142,45 @@ def test_optimal_equals_the_realized_oracle_when_texture_writes_pay(recipe):
 def test_plan_cost_of_a_finished_module():
     ours = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.Conflict)
     found = texscope.plan_cost(ours, ADRENO)
-    assert (found.copies, found.copy_bytes) == (1, 2 * 16 * 16 * 4 * 4)
-    assert found.texture_saving > 0
+    # One copy of c (1 x 2 x 16 x 16 texels of 16 bytes) for the reductions.
+    assert (found.copies, found.copy_bytes) == (1, 2 * 16 * 16 * 16)
+    # Texture reads, all by convs (read gain 1.0; the default profile prices
+    # no texture write): the first reads packed x (8192 bytes) and packed w
+    # (2 x 8 x 3 x 3 texels: 2304), the second reads c (8192) and packed k
+    # (2 x 8 texels: 256).
+    assert found.texture_saving == 8192 + 2304 + 8192 + 256
+    # Units of 16 bytes: the copy's bytes and Adreno's launch price (65536
+    # bytes) count up, the savings down.
+    assert found.units == (8192 + 65536 - found.texture_saving) // 16 == 3424
+
+
+def test_plan_cost_is_negative_when_textures_only_save():
+    ours = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.ConvRelu)
+    found = texscope.plan_cost(ours, ADRENO)
+    # The conv reads packed x (8192 bytes) and packed w (2304), the relu reads
+    # c (8192) at read gain 1/8: 1024; no copy.
+    assert (found.copies, found.texture_saving) == (0, 8192 + 2304 + 1024)
+    assert found.units == -found.texture_saving // 16 == -720
+
+
+def test_the_local_policy_takes_a_texture_on_a_tie():
+    out = run_pass(texscope.texture_scope_pipeline(ADRENO, policy="local"), rules.ConvRelu)
+    # The conv reads only textures: its packed inputs are written as textures
+    # (a buffer would need a copy).  The relu's output is read only by the
+    # unpack, which reads either: no copy either way, and the local rule's
+    # last tie-break is texture over buffer (the optimal planner, weighing
+    # the unpack's slight cost of a texture read, writes a buffer).
+    assert scopes(out) == {"x": G, "w": G, "lv": TW, "lv1": TW, "c": TW, "lv2": TW, "gv": G}
+    assert copies(out) == []
+    # The unpack's texture read of lv2 costs 1/8 of its 8192 bytes.
+    assert texscope.plan_cost(out, ADRENO).units == -(8192 + 2304 + 1024 - 1024) // 16
+    optimal = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.ConvRelu)
+    assert scopes(optimal)["lv2"] == G
+
+
+def test_the_local_policy_shares_one_copy_among_buffer_readers():
+    out = run_pass(texscope.texture_scope_pipeline(ADRENO, policy="local"), rules.Conflict)
+    # c: a texture costs one copy (to a buffer, shared by both reductions), a
+    # buffer one copy (to a texture, for the conv) of the same bytes: a tie,
+    # texture wins.
+    assert scopes(out)["c"] == TW and copies(out) == ["c_global"]

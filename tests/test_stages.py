@@ -10,6 +10,7 @@ from modules import annotated, folding, rules
 from texscope.cleanup import Cleanup
 from texscope.convert_layout import FoldConstantsIfAny
 from texscope.collect_consumer import RETURN
+from texscope.knowledge import registry
 from texscope.knowledge.registry import ANY, BUFFER, TEXTURE, Storage
 
 TW = "global.texture-weight"
@@ -139,3 +140,15 @@ def test_stage1_folds_constants_only_where_something_folds():
     np.testing.assert_array_equal(total.value.numpy(), 2 * folding.SCALE)
     # A constant next to a variable folds nothing: FoldConstant is not run.
     assert run_pass(FoldConstantsIfAny, folding.NothingToFold).same_as(folding.NothingToFold)
+
+
+def test_cleanup_keeps_a_copy_when_the_producer_writes_only_textures(monkeypatch):
+    # Folding the copy would make relu write the buffer itself: only a
+    # producer whose kernel writes buffers may (TextureOnlyCopied's relu is
+    # injective; here injective kernels write only textures).
+    texture_writer = texscope.OpSupport(
+        name="texture_writer", key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+        inputs=(ANY,), outputs=(TEXTURE,))
+    monkeypatch.setattr(registry, "_user_entries", [texture_writer])
+    out = run_pass(Cleanup(), annotated.TextureOnlyCopied)
+    tvm.ir.assert_structural_equal(out, annotated.TextureOnlyCopied)
