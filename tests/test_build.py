@@ -8,6 +8,7 @@ import tvm
 import texscope
 from texscope import opencl
 from texscope.models import zoo
+from texscope.backend import build as build_module
 from texscope.backend.build import build, kernel_signatures
 
 NETWORKS = ["seed", "resnet", "mobilenet_v2", "unet", "inception"]
@@ -27,6 +28,37 @@ def test_kernels_compile_on_a_real_opencl_and_read_images_properly(builds, name)
     assert result.report.build["kernels"] == len(kernels)
     assert result.report.build["kernels_with_images"] > 0
     assert opencl.image_misuse(result.opencl_source) == []
+    assert opencl.repeated_texel_stores(result.opencl_source) == []
+
+
+def test_without_the_texel_store_fix_lanes_are_stored_one_by_one(monkeypatch):
+    """RetypeTextureStore is what packs four lanes into one write_imagef:
+    without it each lane's value is stored to the same texel in turn (TVM
+    0.27 broadcasts each lane), which only a numeric run would notice."""
+    unchanged = tvm.tirx.transform.prim_func_pass(lambda f, _m, _c: f, opt_level=0,
+                                                  name="unchanged")
+    monkeypatch.setattr(build_module, "RetypeTextureStore", unchanged)
+    source = build(texscope.models.examples.Seed, "adreno-opencl").opencl_source
+    repeated = opencl.repeated_texel_stores(source)
+    # Both packing kernels write texels; each now loops over the 4 lanes.
+    assert sorted(p.split(":")[0] for p in repeated) == [
+        "te_layout_transform1_kernel", "te_layout_transform_kernel"]
+    assert all("repeats over i4_1_s" in p for p in repeated)
+
+
+def test_a_repeated_texel_store_is_found_in_a_loop_its_coordinate_ignores():
+    source = """__kernel void k(__write_only image2d_array_t out, __global float* x) {
+  for (int lane = 0; lane < 4; ++lane) {
+    write_imagef(out, (int4)(get_global_id(0), 0, 0, 0), (float4)(x[lane]));
+  }
+  for (int i = 0; i < 4; ++i) {
+    write_imagef(out, (int4)(i, 0, 0, 0), (float4)(x[i]));
+  }
+}
+"""
+    assert opencl.repeated_texel_stores(source) == [
+        "k: `write_imagef(out, (int4)(get_global_id(0), 0, 0, 0), (float4)(x[lane]));` "
+        "repeats over lane"]
 
 
 def test_the_seed_builds_four_kernels_and_the_conv_reads_an_image(builds):
@@ -100,4 +132,5 @@ def test_get_default_pipeline_works_with_tvm_compile():
                              tir_pipeline="texscope_adreno")
     from texscope.backend.build import _device_source
 
-    assert opencl.image_misuse(_device_source(executable)) == []
+    source = _device_source(executable)
+    assert opencl.image_misuse(source) == [] and opencl.repeated_texel_stores(source) == []
