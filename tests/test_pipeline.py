@@ -10,13 +10,24 @@ from modules import expected, rules, texel_cases
 from texscope.backend import upstream
 from texscope.models import zoo
 from texscope.convert_layout import LegalizeKeepingAttrs
+from texscope.diagnostics.verify import strip_scopes
 
 TW = "global.texture-weight"
 G = "global"
 
 
 def pipeline(mod, target=ADRENO):
-    return run_pass(texscope.texture_scope_pipeline(target, check=True), mod)
+    """The pipeline's output, checked to be stage 1's program exactly, with
+    scopes added (and, where it copies, copies): every test of a scope map
+    below compares the rest of the IR too."""
+    out = run_pass(texscope.texture_scope_pipeline(target, check=True), mod)
+    if not copies(out):
+        stage1 = relax.transform.CanonicalizeBindings()(
+            texscope.ConvertToPackedLayout(target)(mod))
+        stripped = strip_scopes(out)
+        tvm.ir.assert_structural_equal(
+            tvm.IRModule(stripped.functions, global_infos=stripped.global_infos), stage1)
+    return out
 
 
 def test_seed_is_exactly_the_design():
