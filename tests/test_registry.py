@@ -25,7 +25,7 @@ def test_stage1_output_calls_map_to_their_entries():
         "lv3": "layout_transform", "lv4": "layout_transform", "lv5": "layout_transform",
     }
     pooled = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
-    assert entry_names(pooled)["lv2"] == "max_pool2d_nchw4c"
+    assert entry_names(pooled)["lv2"] == "pool"
 
 
 def test_an_element_wise_kernel_maps_to_its_operators_entry():
@@ -38,8 +38,23 @@ def test_an_element_wise_kernel_maps_to_its_operators_entry():
 def test_stage1_is_configured_by_the_registry():
     assert registry.kept_ops() == ["relax.nn.conv2d"]
     recorded = registry.recorded_attrs()
-    assert recorded["relax.nn.max_pool2d"] == ["layout"]
+    # Pools are recognised by the tag TOPI puts on their blocks: no record.
+    assert "relax.nn.max_pool2d" not in recorded
     assert recorded["relax.layout_transform"] == []
+
+
+def test_the_pool_entry_is_what_lets_a_pool_read_a_texture(monkeypatch):
+    # The pool reads the conv's output c as a texture.
+    assert scopes(texscope.texture_scope_pipeline(ADRENO)(rules.MaxPool))["c"] == (
+        "global.texture-weight")
+    without = tuple(e for e in registry.BUILTIN if e.name != "pool")
+    assert len(without) == len(registry.BUILTIN) - 1
+    monkeypatch.setattr(registry, "BUILTIN", without)
+    # Nothing else describes a pool (no entry overlaps it): it is opaque and
+    # reads buffers, so the conv writes one.
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
+    assert entry_names(mod)["lv2"] == "opaque"
+    assert scopes(texscope.texture_scope_pipeline(ADRENO)(rules.MaxPool))["c"] == "global"
 
 
 @pytest.fixture

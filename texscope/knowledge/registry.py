@@ -186,8 +186,8 @@ def schedule_rules(func: tvm.tirx.PrimFunc) -> set[str]:
 
 @attrs.frozen
 class ScheduleRuleKey:
-    """Matches a ``call_tir`` of an unrecorded PrimFunc with a block tagged
-    with one of ``rules``: a pool legalized before texscope saw it."""
+    """Matches a ``call_tir`` of a PrimFunc with a block tagged with one of
+    ``rules`` (TOPI tags its pools so, whoever legalized them)."""
 
     rules: frozenset = attrs.field(converter=frozenset)
 
@@ -198,7 +198,6 @@ class ScheduleRuleKey:
         # Walking the TIR is the costly part: only reductions can be pools.
         return (isinstance(func, tvm.tirx.PrimFunc)
                 and op_pattern_of(call, mod) in (PATTERN_COMM_REDUCE, PATTERN_OUT_ELEMWISE_FUSABLE)
-                and not (func.attrs and OP_RECORD_ATTR in func.attrs)
                 and bool(schedule_rules(func) & self.rules))
 
     def describe(self) -> str:
@@ -316,8 +315,6 @@ OPAQUE = OpSupport(
     note="no texture kernel is known for it: buffers only",
 )
 
-# What a pool's kernel accepts, whether texscope or TVM legalized it.
-_POOL = dict(inputs=(ANY,), outputs=(ANY,), cost_class="pool", sync=NO_SYNC)
 # And a layout transform's.  (The default profiles price a texture read by an
 # unpack slightly negative: a tensor that is only unpacked stays a buffer, as
 # the design's example has it, while an unpack still reads a texture that
@@ -426,22 +423,19 @@ BUILTIN: tuple[OpSupport, ...] = (
         note="packs channels into whole texels on write; reads either",
         **_LAYOUT_TRANSFORM,
     ),
-    *(
-        OpSupport(
-            name=f"{op.rsplit('.', 1)[1]}_nchw4c",
-            key=OpKey(op, {"layout": "NCHW4c"}),
-            note="reads and writes whole texels (texscope's TexelWriter schedule keeps "
-            "four lanes of accumulator)",
-            **_POOL,
-        )
-        for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
-    ),
     OpSupport(
-        name="pool_legalized",
-        key=ScheduleRuleKey({"meta_schedule.pool_max", "meta_schedule.pool_avg"}),
-        note="a pool legalized before texscope saw it (upstream's stage 1): as the "
-        "NCHW4c pools",
-        **_POOL,
+        name="pool",
+        # TOPI tags every pool's block, whoever legalized it (texscope's stage
+        # 1 or upstream's): one entry for all.  A pool whose tensors are not
+        # packed 5-D reads and writes buffers anyway (they fit no texture).
+        key=ScheduleRuleKey({"meta_schedule.pool_max", "meta_schedule.pool_avg",
+                             "meta_schedule.adaptive_pool_avg"}),
+        inputs=(ANY,),
+        outputs=(ANY,),
+        cost_class="pool",
+        sync=NO_SYNC,
+        note="reads and writes whole texels (texscope's TexelWriter schedule keeps "
+        "four lanes of accumulator)",
     ),
     OpSupport(
         name="layer_norm",
