@@ -1,12 +1,15 @@
 """The op registry: which entry describes which call, and user entries."""
 
+import attrs
 import pytest
+import tvm
 from tvm import relax
 
 import texscope
 from conftest import ADRENO, run_pass, scopes
-from modules import rules
+from modules import rules, texel_cases
 from texscope.knowledge import registry
+from texscope.rewrites import legalize
 
 
 def entry_names(mod):
@@ -91,3 +94,34 @@ def test_depthwise_convs_are_packed_too(name):
     # texscope's packed legalization handles groups (TVM's divides by zero).
     layouts = {int(c.attrs.groups): c.attrs.data_layout for c in convs}
     assert layouts == {8: "NCHW4c", 1: "NCHW4c"}
+
+
+def _conv_layouts(mod):
+    return [(str(b.value.attrs.data_layout), registry.support_for(b.value, mod).name)
+            for b in mod["main"].body.blocks[0].bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+            and b.value.op.name == "relax.nn.conv2d"]
+
+
+def test_channel_padding_is_the_registrys_data(monkeypatch):
+    # RGBStem's conv reads 3 channels: padded to 4 (the registry says how),
+    # it packs and is the packed conv entry's.
+    assert _conv_layouts(texscope.ConvertToPackedLayout(ADRENO)(texel_cases.RGBStem)) == [
+        ("NCHW4c", "conv2d_nchw4c")]
+    assert registry.channel_paddings() == {
+        "relax.nn.conv2d": registry.ChannelPadding(("data_layout", "kernel_layout", "out_layout"))}
+    # Without the entry's padding data stage 1 pads nothing: the conv stays
+    # NCHW and reads buffers (pad_channels names no operator of its own).
+    monkeypatch.setattr(registry, "BUILTIN", tuple(
+        attrs.evolve(e, channel_padding=None) for e in registry.BUILTIN))
+    assert _conv_layouts(texscope.ConvertToPackedLayout(ADRENO)(texel_cases.RGBStem)) == [
+        ("NCHW", "conv2d_unpacked")]
+
+
+def test_the_packed_conv_legalization_is_named_by_the_registry(monkeypatch):
+    assert registry.packed_legalizations() == {"relax.nn.conv2d": "conv2d_nchwc"}
+    assert legalize.packed_legalizations() == {"relax.nn.conv2d": legalize.conv2d_nchwc}
+    # A kept operator without a texscope legalization is left to TVM's.
+    monkeypatch.setattr(registry, "BUILTIN", tuple(
+        attrs.evolve(e, legalization="") for e in registry.BUILTIN))
+    assert legalize.packed_legalizations() == {}

@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..rewrites.legalize import PACKED_CONV
+from ..rewrites.legalize import packed_legalizations
 from ..knowledge import registry
 from ..errors import TexscopeError
 from .numerics import Comparison, compare  # noqa: F401  (verify's API)
@@ -205,7 +205,7 @@ def _run_on_cpu(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]
         # The default legalization leaves packed convs to texscope's compute,
         # which is target-independent.
         mod = relax.transform.LegalizeOps()(mod)
-        mod = relax.transform.LegalizeOps(PACKED_CONV)(mod)
+        mod = relax.transform.LegalizeOps(packed_legalizations())(mod)
     executable = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(executable, tvm.cpu())
     result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])

@@ -205,6 +205,38 @@ class ScheduleRuleKey:
 
 
 @attrs.frozen
+class ChannelPadding:
+    """How stage 1 zero-pads an operator's channels to whole texels, so that
+    it packs although its channel counts are not multiples of 4
+    (:mod:`texscope.rewrites.pad_channels` does it).
+
+    The operator reads its data as operand 0 and its kernel as operand 1.
+    Ungrouped, it gets zero input channels in both and zero output channels
+    in the kernel, which a slice of the result drops; grouped, whole zero
+    groups are appended (and the group count raised).
+
+    Parameters
+    ----------
+    layout_attrs : (str, str, str)
+        The attributes naming the data, kernel and output layouts (an empty
+        output layout is the data's).  Only plain layouts (upper-case axis
+        letters, each once) are padded.
+    channel : str
+        The channel axis letter of the data and output layouts.
+    kernel_out, kernel_in : str
+        The kernel's output- and input-channel axis letters.
+    groups : str
+        The attribute holding the group count.
+    """
+
+    layout_attrs: tuple[str, str, str]
+    channel: str = "C"
+    kernel_out: str = "O"
+    kernel_in: str = "I"
+    groups: str = "groups"
+
+
+@attrs.frozen
 class OpSupport:
     """The storages one operator's kernel accepts.
 
@@ -255,6 +287,13 @@ class OpSupport:
         in the build, and its type inference honours a VDevice in
         ``ty_args``); otherwise stage 1 legalizes it and records its
         attributes on the PrimFunc (see :func:`recorded_op`).
+    legalization : str
+        For a kept operator, the name of texscope's legalization of it (in
+        :data:`texscope.rewrites.legalize.LEGALIZATIONS`), which the build
+        runs in place of TVM's; empty for TVM's own.
+    channel_padding : ChannelPadding, optional
+        How stage 1 pads the operator's channels to multiples of 4 so that
+        it packs.
     note : str
         Why the entry says what it says.
 
@@ -277,6 +316,8 @@ class OpSupport:
     texture_write_gain: float = 0.0
     sync: frozenset | None = None
     keep_unlegalized: bool = False
+    legalization: str = ""
+    channel_padding: ChannelPadding | None = None
     note: str = ""
 
     def sync_rules(self) -> frozenset:
@@ -334,6 +375,8 @@ _PACKED_CONV = dict(
     layout_attrs=("data_layout", "kernel_layout", "out_layout"),
     sync=NO_SYNC,
     keep_unlegalized=True,
+    # TVM's Adreno legalization divides by zero on grouped packed convs.
+    legalization="conv2d_nchwc",
 )
 _PACKED_LAYOUTS = {"data_layout": "NCHW4c", "kernel_layout": "OIHW4o"}
 
@@ -391,6 +434,9 @@ BUILTIN: tuple[OpSupport, ...] = (
         outputs=(BUFFER,),
         sync=NO_SYNC,
         keep_unlegalized=True,
+        # What a plain conv is before stage 1 packs it: its channels are
+        # padded first, so that it can.
+        channel_padding=ChannelPadding(("data_layout", "kernel_layout", "out_layout")),
         note="a conv left in a plain layout (stage 1 pads and packs every conv of "
         "static shape): TVM's generic kernel reads buffers",
     ),
@@ -504,6 +550,25 @@ def _op_entries():
 def kept_ops() -> list[str]:
     """Relax operators stage 1 leaves unlegalized."""
     return sorted({e.key.op for e in _op_entries() if e.keep_unlegalized})
+
+
+def packed_legalizations() -> dict[str, str]:
+    """Kept operators with a texscope legalization: operator to its name
+    (the first entry naming one wins)."""
+    found: dict[str, str] = {}
+    for e in _op_entries():
+        if e.keep_unlegalized and e.legalization:
+            found.setdefault(e.key.op, e.legalization)
+    return found
+
+
+def channel_paddings() -> dict[str, ChannelPadding]:
+    """Operators whose channels stage 1 pads, and how (the first entry wins)."""
+    found: dict[str, ChannelPadding] = {}
+    for e in _op_entries():
+        if e.channel_padding is not None:
+            found.setdefault(e.key.op, e.channel_padding)
+    return found
 
 
 def recorded_attrs() -> dict[str, list[str]]:
