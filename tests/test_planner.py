@@ -13,6 +13,7 @@ from texscope.knowledge import registry
 from texscope.diagnostics.exhaustive import (MAX_REALIZED, exhaustive, plan_units as plan_cost_units,
                                              realized_optimum, realized_price)
 from texscope.knowledge.registry import Storage
+from texscope.planner.cost import units, write_gain
 
 TW = "global.texture-weight"
 G = "global"
@@ -152,6 +153,15 @@ def test_plan_cost_of_a_finished_module():
     # Units of 16 bytes: the copy's bytes and Adreno's launch price (65536
     # bytes) count up, the savings down.
     assert found.units == (8192 + 65536 - found.texture_saving) // 16 == 3424
+    # The planner counts forgone savings where plan_cost counts savings: the
+    # two differ by what every read (and write) could save, whatever the plan.
+    consumers = collect_consumer(texscope.ConvertToPackedLayout(ADRENO)(rules.Conflict), "main",
+                                 texscope.texture_target(ADRENO))
+    graph = consumers.graph
+    every_saving = sum(units(d.gain * t.nbytes) for t in graph.tensors
+                       for d in consumers.demands[t.index])
+    every_saving += sum(units(write_gain(graph, t) * t.nbytes) for t in graph.tensors)
+    assert plan_cost_units(collect_producer(consumers)) == found.units + every_saving
 
 
 def test_plan_cost_is_negative_when_textures_only_save():
