@@ -8,6 +8,7 @@ from tvm import relax
 import texscope
 from conftest import ADRENO, run_pass, scopes
 from modules import rules, texel_cases
+from texscope.backend import upstream
 from texscope.knowledge import registry
 from texscope.rewrites import legalize
 
@@ -125,3 +126,36 @@ def test_the_packed_conv_legalization_is_named_by_the_registry(monkeypatch):
     monkeypatch.setattr(registry, "BUILTIN", tuple(
         attrs.evolve(e, legalization="") for e in registry.BUILTIN))
     assert legalize.packed_legalizations() == {}
+
+
+def test_upstreams_legalized_layout_transforms_are_recognised_by_what_they_do():
+    with ADRENO:
+        theirs = upstream.stage1()(rules.Conflict)
+    names = entry_names(theirs)
+    # Upstream records nothing: its transforms are found as kernels made of
+    # one store of a loaded element, its reductions stay opaque.
+    assert {names[n] for n in ("lv", "lv1", "lv2")} == {"layout_transform_legalized"}
+    assert names["m"] == names["s"] == "opaque"
+
+
+def test_sync_rules_are_inferred_as_executorch_does():
+    def rules_of(inputs, outputs):
+        return texscope.OpSupport(name="x", key=registry.PatternKey(0), inputs=inputs,
+                                  outputs=outputs).sync_rules()
+
+    any_, tex, buf = registry.ANY, registry.TEXTURE, registry.BUFFER
+    assert rules_of((any_,), (any_,)) == {"inputs", "outputs", "primary"}
+    assert rules_of((any_, buf), (tex,)) == {"outputs"}
+    assert rules_of((tex,), (tex, buf)) == {"inputs", "primary"}
+    assert rules_of((tex, buf), (buf, buf)) == frozenset()
+
+
+@pytest.mark.usefixtures("user_entries")
+def test_a_later_user_entry_wins_over_an_earlier_one():
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.ConvRelu)
+    for name in ("first", "second", "third"):
+        texscope.register_op(texscope.OpSupport(
+            name=name, key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+            inputs=(registry.ANY,), outputs=(registry.ANY,)))
+    assert [e.name for e in registry.entries()[:3]] == ["third", "second", "first"]
+    assert entry_names(mod)["lv2"] == "third"

@@ -2,6 +2,7 @@
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 import texscope
@@ -154,3 +155,16 @@ def test_cleanup_keeps_a_copy_when_the_producer_writes_only_textures(monkeypatch
     monkeypatch.setattr(registry, "_user_entries", [texture_writer])
     out = run_pass(Cleanup(), annotated.TextureOnlyCopied)
     tvm.ir.assert_structural_equal(out, annotated.TextureOnlyCopied)
+
+
+def test_stage1_builds_each_distinct_kernel_once():
+    # Batch norm's four parameters pack through identical layout transforms.
+    mod = stage1(rules.BatchNorm)
+    kernels = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert all(not tvm_ffi.structural_equal(a, b)
+               for i, a in enumerate(kernels) for b in kernels[i + 1:])
+    callees = [b.value.args[0] for b in mod["main"].body.blocks[0].bindings
+               if isinstance(b.value, relax.Call) and b.value.op.name == "relax.call_tir"]
+    # Every call goes to a kernel of the module, and some kernel serves several.
+    assert all(callee in mod.functions for callee in callees)
+    assert len(set(callees)) < len(callees)
