@@ -40,7 +40,8 @@ def test_a_texture_over_the_limits_is_a_violation():
     # The packed input and the packed weights.
     assert sorted(v.binding for v in violations) == ["lv", "lv1"]
     # TINY: 64 texels a side, 16 layers; the input packs to (2, 16, 56, 56, 4),
-    # whose last flavour tried (global.texture) folds it to 32 layers.
+    # which the Adreno plan put in global.texture-nhwc: 2 layers of 16 rows of
+    # 56 x 56 texels.
     assert [v.message for v in violations if v.binding == "lv"] == [
         "cannot be a texture: global.texture-nhwc of 2 x 16 x 3136 texels exceeds the limits "
         "(spatial 64, depth 16)"]
