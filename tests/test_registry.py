@@ -8,6 +8,7 @@ from tvm import relax
 import texscope
 from conftest import ADRENO, run_pass, scopes
 from modules import rules, texel_cases
+from texscope import collect_consumer, collect_producer
 from texscope.backend import upstream
 from texscope.knowledge import registry
 from texscope.rewrites import legalize
@@ -159,3 +160,15 @@ def test_a_later_user_entry_wins_over_an_earlier_one():
             inputs=(registry.ANY,), outputs=(registry.ANY,)))
     assert [e.name for e in registry.entries()[:3]] == ["third", "second", "first"]
     assert entry_names(mod)["lv2"] == "third"
+
+
+def test_a_direct_call_of_a_relax_function_is_opaque():
+    # No entry is needed for calls between Relax functions: the pipeline
+    # inlines private callees and refuses public ones before stage 2, and a
+    # direct call matches no operator and no call_tir pattern, so stage 2 run
+    # by hand sees buffers in and out.
+    names = entry_names(rules.PublicCallee)
+    assert names["b"] == "opaque"
+    plan = collect_producer(collect_consumer(rules.PublicCallee, "main",
+                                             texscope.texture_target(ADRENO)))
+    assert plan.of("x").scope == plan.of("b").scope == "global"
