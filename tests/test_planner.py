@@ -13,7 +13,7 @@ from texscope.knowledge import registry
 from texscope.diagnostics.exhaustive import (MAX_REALIZED, exhaustive, plan_units as plan_cost_units,
                                              realized_optimum, realized_price)
 from texscope.knowledge.registry import Storage
-from texscope.planner.cost import units, write_gain
+from texscope.planner.cost import TextureReads, texture_reads, units, write_gain
 
 TW = "global.texture-weight"
 G = "global"
@@ -194,3 +194,16 @@ def test_the_local_policy_shares_one_copy_among_buffer_readers():
     # buffer one copy (to a texture, for the conv) of the same bytes: a tie,
     # texture wins.
     assert scopes(out)["c"] == TW and copies(out) == ["c_global"]
+
+
+def test_plan_cost_prices_by_adreno_without_a_target():
+    ours = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.Conflict)
+    assert texscope.plan_cost(ours) == texscope.plan_cost(ours, ADRENO)
+
+
+def test_texture_reads_counts_the_convs_and_those_reading_a_texture():
+    stage1 = texscope.ConvertToPackedLayout(ADRENO)(rules.Conflict)
+    # Conflict's two convs; before annotation no tensor is in a texture.
+    assert texture_reads(stage1) == TextureReads(2, 0)
+    assert texture_reads(run_pass(texscope.AnnotateTextureScope(ADRENO), stage1)) == \
+        TextureReads(2, 2)
