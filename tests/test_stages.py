@@ -1,6 +1,7 @@
 """Each stage alone, its results compared field by field."""
 
 import numpy as np
+import pytest
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -168,3 +169,16 @@ def test_stage1_builds_each_distinct_kernel_once():
     # Every call goes to a kernel of the module, and some kernel serves several.
     assert all(callee in mod.functions for callee in callees)
     assert len(set(callees)) < len(callees)
+
+
+@pytest.mark.parametrize("gain, wants", [(0.0, Storage.TEXTURE), (-0.125, Storage.BUFFER)])
+def test_a_reader_of_either_wants_a_texture_unless_reading_one_costs(monkeypatch, gain, wants):
+    either = texscope.OpSupport(
+        name="either", key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+        inputs=(ANY,), outputs=(ANY,), texture_gain=gain, sync=frozenset())
+    monkeypatch.setattr(registry, "_user_entries", [either])
+    # ConvRelu's relu reads the conv's output c, which fits a texture; a
+    # texture read that saves nothing still wants one (the local policy's
+    # preference), one that costs wants a buffer.
+    (demand,) = consumers(stage1(rules.ConvRelu)).of("c")
+    assert (demand.entry, demand.accepts, demand.wants) == ("either", ANY, wants)
