@@ -135,6 +135,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per mutant")
     parser.add_argument("--root", type=Path, default=ROOT,
                         help="the checkout to mutate and test (this one by default)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only the mutants whose 'file:line description' contains "
+                        "this (repeatable; e.g. to check that new tests kill survivors)")
     parser.add_argument("files", nargs="*", default=list(TARGETS))
     args = parser.parse_args()
     root = args.root.resolve()
@@ -147,6 +150,8 @@ def main() -> int:
     for name in args.files:
         original = (root / name).read_text()
         for line, description, source in spread(list(mutants(original)), args.per_file):
+            if args.only and not any(o in f"{name}:{line} {description}" for o in args.only):
+                continue
             if time.time() - start > args.budget:
                 print("budget spent; stopping", flush=True)
                 break
