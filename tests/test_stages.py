@@ -10,7 +10,7 @@ import texscope
 from conftest import ADRENO, run_pass
 from modules import annotated, folding, rules
 from texscope.cleanup import Cleanup
-from texscope.convert_layout import FoldConstantsIfAny
+from texscope.convert_layout import FoldConstantsIfAny, merge_identical_prim_funcs
 from texscope.collect_consumer import RETURN
 from texscope.knowledge import registry
 from texscope.knowledge.registry import ANY, BUFFER, TEXTURE, Storage
@@ -182,3 +182,11 @@ def test_a_reader_of_either_wants_a_texture_unless_reading_one_costs(monkeypatch
     # preference), one that costs wants a buffer.
     (demand,) = consumers(stage1(rules.ConvRelu)).of("c")
     assert (demand.entry, demand.accepts, demand.wants) == ("either", ANY, wants)
+
+
+def test_identical_kernels_merge_into_the_first_by_name():
+    merged = merge_identical_prim_funcs(annotated.TwinKernels)
+    tvm.ir.assert_structural_equal(merged, annotated.TwinKernelsMerged)
+    # Kernels the module had before a legalization are not compared.
+    assert merge_identical_prim_funcs(annotated.TwinKernels, before=annotated.TwinKernels) \
+        is annotated.TwinKernels

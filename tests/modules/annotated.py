@@ -117,3 +117,44 @@ class ReturnsTexture:
             )
             R.output(t)
         return t
+
+
+@I.ir_module
+class TwinKernels:
+    """Two identical kernels, as one legalization per call would make them."""
+
+    @T.prim_func(private=True)
+    def relu(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            y[i] = T.max(x[i], T.float32(0))
+
+    @T.prim_func(private=True)
+    def relu1(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            y[i] = T.max(x[i], T.float32(0))
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        cls = TwinKernels
+        with R.dataflow():
+            a = R.call_tir(cls.relu, (x,), out_ty=R.Tensor((4,), "float32"))
+            b = R.call_tir(cls.relu1, (a,), out_ty=R.Tensor((4,), "float32"))
+            R.output(b)
+        return b
+
+
+@I.ir_module
+class TwinKernelsMerged:
+    @T.prim_func(private=True)
+    def relu(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            y[i] = T.max(x[i], T.float32(0))
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        cls = TwinKernelsMerged
+        with R.dataflow():
+            a = R.call_tir(cls.relu, (x,), out_ty=R.Tensor((4,), "float32"))
+            b = R.call_tir(cls.relu, (a,), out_ty=R.Tensor((4,), "float32"))
+            R.output(b)
+        return b
