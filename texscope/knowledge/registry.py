@@ -187,9 +187,15 @@ def schedule_rules(func: tvm.tirx.PrimFunc) -> set[str]:
 @attrs.frozen
 class ScheduleRuleKey:
     """Matches a ``call_tir`` of a PrimFunc with a block tagged with one of
-    ``rules`` (TOPI tags its pools so, whoever legalized them)."""
+    ``rules`` (TOPI tags its pools so, whoever legalized them).
+
+    ``ops`` names the Relax operators whose legalizations carry those tags:
+    not used to match, it says which operators the entry describes
+    (``texscope ops``, the coverage tests).
+    """
 
     rules: frozenset = attrs.field(converter=frozenset)
+    ops: tuple[str, ...] = ()
 
     def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
         if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
@@ -201,7 +207,8 @@ class ScheduleRuleKey:
                 and bool(schedule_rules(func) & self.rules))
 
     def describe(self) -> str:
-        return "call_tir(block tagged " + " or ".join(sorted(self.rules)) + ")"
+        described = f" ({', '.join(self.ops)})" if self.ops else ""
+        return "call_tir(block tagged " + " or ".join(sorted(self.rules)) + ")" + described
 
 
 @attrs.frozen
@@ -475,7 +482,9 @@ BUILTIN: tuple[OpSupport, ...] = (
         # 1 or upstream's): one entry for all.  A pool whose tensors are not
         # packed 5-D reads and writes buffers anyway (they fit no texture).
         key=ScheduleRuleKey({"meta_schedule.pool_max", "meta_schedule.pool_avg",
-                             "meta_schedule.adaptive_pool_avg"}),
+                             "meta_schedule.adaptive_pool_avg"},
+                            ops=("relax.nn.max_pool2d", "relax.nn.avg_pool2d",
+                                 "relax.nn.adaptive_avg_pool2d")),
         inputs=(ANY,),
         outputs=(ANY,),
         cost_class="pool",
