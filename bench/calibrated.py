@@ -1,19 +1,16 @@
 """Plans from a device's own cost profile, run on that device.
 
-Per network, in one process, on one OpenCL device, four builds (five with
-``--relaxed``) run on the same inputs:
+Per network, in one process, on one OpenCL device, these builds run on the
+same inputs:
 
-* ``measured``: planned with the device's profile (``--profile FILE``, else
-  ``texscope calibrate`` runs first);
+* one per measured profile (``--profile FILE``, repeatable, labelled by the
+  file's stem; with none, ``texscope calibrate`` runs first and the build is
+  ``measured``): planned with the device's profile;
 * ``default``: planned with the target preset's built-in profile;
 * ``all texture``: every eligible tensor in a texture (a profile whose every
   texture read and write saves 1000 bytes per byte: the planner then makes a
   texture of every tensor the registry allows);
-* ``all buffer``: no texture at all (texture limits of 1 texel);
-* ``relaxed`` (``--relaxed``): as ``measured``, with packed convs allowed to
-  read their data from a buffer too (the built-in registry has them read
-  textures only, as upstream; this shows what the profile would do without
-  that rule).
+* ``all buffer``: no texture at all (texture limits of 1 texel).
 
 The table gives each build's summed kernel and copy time (OpenCL profiling
 events, median of ``--runs``), images and copies, and whether every output
@@ -21,8 +18,10 @@ matches the CPU.  Then how well each profile's plan cost predicts the
 measured times: for every network and build, the plan's cost in seconds
 (``texscope.plan_cost(..., profile=...).seconds``, relative to all buffers)
 against the measured time minus the all-buffer build's, Pearson's r and
-Spearman's rho over all of them, for the measured profile and for the
-default one.
+Spearman's rho over all of them, for each measured profile and for the
+default one.  So two calibrations of one device (``texscope calibrate``'s
+microbenchmarks, and ``--kernels`` from texscope's own built kernels) compare
+in one run: ``--profile micro.json --profile kernels.json``.
 
 On PoCL (a CPU OpenCL) images are emulated: the measured profile prices
 them as slow, which is the point of measuring.
@@ -30,11 +29,11 @@ them as slow, which is the point of measuring.
 Where TVM is not installed (a GPU machine), build here with that device's
 profile and replay there; the replay needs numpy and pyopencl only:
 
-    python bench/calibrated.py --export DIR --profile gpu.json [network ...]  # here
+    python bench/calibrated.py --export DIR --profile gpu.json [--profile ...] [network ...]  # here
     python bench/calibrated.py --replay DIR [--device N]                      # there
 
-Run: ``python bench/calibrated.py [--device N] [--profile FILE] [--runs R]
-[--relaxed] [network ...]``
+Run: ``python bench/calibrated.py [--device N] [--profile FILE ...] [--runs R]
+[network ...]``
 """
 
 from __future__ import annotations
@@ -58,42 +57,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402  (a sibling script)
 
 EVERYWHERE = 1000.0  # the gain that makes every eligible tensor a texture
-BUILDS = ("measured", "default", "all texture", "all buffer")
 TOLERANCE = 1e-3
-
-
-def relaxed_conv_entries():
-    """Packed convs that read their data from either storage (user entries
-    that shadow the built-in ones while registered)."""
-    from texscope.knowledge import registry
-
-    entries = []
-    for builtin in registry.BUILTIN:
-        if builtin.name in ("grouped_conv2d_nchw4c", "conv2d_nchw4c"):
-            entries.append(registry.OpSupport(
-                **{**{f: getattr(builtin, f) for f in (
-                    "key", "outputs", "desired_layouts", "pack_when", "layout_attrs",
-                    "cost_class", "sync", "keep_unlegalized")},
-                   "name": builtin.name + "_relaxed", "inputs": (registry.ANY, registry.ANY),
-                   "note": "bench: data from either storage"}))
-    return entries
-
-
-class _Registered:
-    def __init__(self, entries):
-        self.entries = entries
-
-    def __enter__(self):
-        from texscope.knowledge import registry
-
-        self.saved = list(registry._user_entries)  # pylint: disable=protected-access
-        for entry in reversed(self.entries):
-            registry.register_op(entry)
-
-    def __exit__(self, *exc):
-        from texscope.knowledge import registry
-
-        registry._user_entries[:] = self.saved  # pylint: disable=protected-access
 
 
 def planned(mod, target, profile):
@@ -106,9 +70,10 @@ def planned(mod, target, profile):
     return annotate_module(ConvertToPackedLayout(texture.target)(mod), texture)[0]
 
 
-def export(directory: Path, names, measured, relaxed: bool, device=None) -> None:
+def export(directory: Path, names, measured: dict, device=None) -> None:
     """Build every network with each profile (TVM needed); write the plans,
-    the inputs, the CPU outputs and each plan's predicted cost."""
+    the inputs, the CPU outputs and each plan's predicted cost under every
+    profile.  ``measured`` maps a label to a device's CostProfile."""
     import texscope
     from texscope import opencl
     from texscope.diagnostics import verify
@@ -117,52 +82,68 @@ def export(directory: Path, names, measured, relaxed: bool, device=None) -> None
     base = (opencl.device_target(device) if device is not None
             else json.loads(str(texture_target("adreno-opencl").target)))
     default = texscope.texture_target(base).profile
-    everywhere = measured.with_gains(EVERYWHERE, EVERYWHERE, "every eligible tensor a texture")
+    everywhere = default.with_gains(EVERYWHERE, EVERYWHERE, "every eligible tensor a texture")
     no_textures = dict(base, texture_spatial_limit=1, texture_depth_limit=1)
-    builds = [("measured", base, measured, []), ("default", base, default, []),
-              ("all texture", base, everywhere, []), ("all buffer", no_textures, default, [])]
-    if relaxed:
-        builds.append(("relaxed", base, measured, relaxed_conv_entries()))
+    builds = [(label, base, prices) for label, prices in measured.items()]
+    builds += [("default", base, default), ("all texture", base, everywhere),
+               ("all buffer", no_textures, default)]
+    pricing = {**measured, "default": default}
     for name in names:
         mod = network(name)
         inputs = scaled_inputs(mod)
         root = directory / name
         predicted = {}
-        for label, target, prices, entries in builds:
+        for label, target, prices in builds:
             out = root / label.replace(" ", "-")
             out.mkdir(parents=True, exist_ok=True)
-            with _Registered(entries):
-                texscope.build(mod, target, profile=prices).export(out)
-                annotated = planned(mod, target, prices)
+            opencl.plan_of(texscope.build(mod, target, profile=prices)).write(out)
+            annotated = planned(mod, target, prices)
             predicted[label] = {k: texscope.plan_cost(annotated, target, profile=p).seconds
-                                for k, p in (("measured", measured), ("default", default))}
+                                for k, p in pricing.items()}
         np.savez(root / "inputs.npz", *inputs)
         np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
         (root / "predicted.json").write_text(json.dumps({
             "builds": [b[0] for b in builds], "predicted_s": predicted,
-            "measured_profile": measured.describe(), "default_profile": default.describe(),
+            "profiles": {k: p.describe() for k, p in pricing.items()},
         }, indent=1))
         print(f"  {name}: built", flush=True)
 
 
 def measure(directory: Path, names, device, runs: int) -> dict:
     """Replay every exported build (no TVM): per network, per build, the run,
-    its median time, whether it matches the CPU, its predicted costs."""
+    its median time, whether it matches the CPU, its predicted costs.  The
+    builds of a network take turns run by run, so a drift of the device's
+    clock touches them all alike."""
     found = {}
     for name in names:
         root = directory / name
         meta = json.loads((root / "predicted.json").read_text())
+        plans = {label: read_plan(root / label.replace(" ", "-")) for label in meta["builds"]}
+        first = next(iter(plans.values()))
+        inputs = rp.read_arrays(root / "inputs.npz", first.inputs, "inputs")
+        expected = rp.read_arrays(root / "expected.npz", first.outputs, "expected outputs")
+        results = {label: [rp.replay(plan, inputs, device)] for label, plan in plans.items()}
+        for _ in range(runs):
+            for label, plan in plans.items():
+                results[label].append(rp.replay(plan, inputs, device))
         found[name] = {}
-        for label in meta["builds"]:
-            plan = read_plan(root / label.replace(" ", "-"))
-            inputs = rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs")
-            expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
-            results = [rp.replay(plan, inputs, device) for _ in range(runs)]
-            seconds = statistics.median(sum(t.seconds for t in r.times) for r in results)
-            ok = compare(results[0].outputs, expected, TOLERANCE, TOLERANCE).ok
-            found[name][label] = (results[0], seconds, ok, meta["predicted_s"][label])
+        for label, runs_of in results.items():
+            timed = runs_of[1:] or runs_of  # the first run of each warms up
+            seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
+            ok = compare(runs_of[0].outputs, expected, TOLERANCE, TOLERANCE).ok
+            # Two builds that run the same program differ in time by noise only.
+            same = [other for other in ("all texture", "all buffer")
+                    if other != label and same_program(plans[label], plans[other])]
+            found[name][label] = (runs_of[0], seconds, ok, meta["predicted_s"][label],
+                                  same[0] if same else "")
         print(f"  {name}: ran", flush=True)
     return found
+
+
+def same_program(a, b) -> bool:
+    """Whether two plans run the same kernels on the same storages (their
+    targets may differ, e.g. in texture limits)."""
+    return a.source == b.source and a.steps == b.steps and a.tensors == b.tensors
 
 
 def pearson(pairs) -> float:
@@ -194,25 +175,28 @@ def spearman(pairs) -> float:
 
 
 def print_table(found: dict) -> None:
+    first = next(iter(found.values()))
+    profiles = list(next(iter(first.values()))[3])  # the predicted costs' profiles
     header = ("network", "build", "images", "copies", "ms", "vs best of all-tex/all-buf",
-              "predicted ms (measured)", "predicted ms (default)", "matches CPU")
-    rows, pairs = [], {"measured": [], "default": []}
+              *(f"predicted ms ({k})" for k in profiles), "matches CPU", "same program as")
+    rows, pairs = [], {k: [] for k in profiles}
     for name, builds in found.items():
         floor = min(builds["all texture"][1], builds["all buffer"][1])
-        for label, (run, seconds, ok, predicted) in builds.items():
+        for label, (run, seconds, ok, predicted, same) in builds.items():
             if label != "all buffer":
                 for k in pairs:
                     pairs[k].append((predicted[k], seconds - builds["all buffer"][1]))
-            rows.append((name, label, run.images, run.copies, f"{seconds * 1e3:.2f}",
-                         f"{seconds / floor:.2f}", f"{predicted['measured'] * 1e3:+.2f}",
-                         f"{predicted['default'] * 1e3:+.2f}", "yes" if ok else "NO"))
+            rows.append((name, label, run.images, run.copies, f"{seconds * 1e3:.3f}",
+                         f"{seconds / floor:.2f}",
+                         *(f"{predicted[k] * 1e3:+.3f}" for k in profiles),
+                         "yes" if ok else "NO", same or "-"))
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
     print("\nplan cost (relative to all buffers) against measured time minus the all-buffer "
-          "build's, over every network and build:")
+          "build's, over every network and build but all-buffer:")
     for k, points in pairs.items():
-        print(f"  {k:<8} profile: Pearson r = {pearson(points):+.3f}, Spearman rho = "
+        print(f"  {k:<14} profile: Pearson r = {pearson(points):+.3f}, Spearman rho = "
               f"{spearman(points):+.3f} over {len(points)} builds")
 
 
@@ -223,10 +207,10 @@ def main(argv=None) -> None:
     mode.add_argument("--export", metavar="DIR", help="build only (needs --profile)")
     mode.add_argument("--replay", metavar="DIR", help="run what --export wrote (no TVM)")
     parser.add_argument("--device", type=int, default=0, help="OpenCL device index")
-    parser.add_argument("--profile", help="the device's cost profile (default: calibrate now)")
+    parser.add_argument("--profile", action="append", default=[],
+                        help="a cost profile measured on the device (repeatable; default: "
+                             "calibrate now)")
     parser.add_argument("--runs", type=int, default=5, help="runs per build (median kept)")
-    parser.add_argument("--relaxed", action="store_true",
-                        help="also plan with packed convs reading buffers too")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.networks) - set(NETWORKS))
     if unknown:
@@ -244,23 +228,24 @@ def main(argv=None) -> None:
               f"driver {device.driver_version.strip()})")
     if args.replay:
         meta = json.loads((root / names[0] / "predicted.json").read_text())
-        print(f"measured profile {meta['measured_profile']}")
-        print(f"default profile  {meta['default_profile']}")
+        for label, text in meta["profiles"].items():
+            print(f"{label} profile: {text}")
         print_table(measure(root, names, device, args.runs))
         return
     if args.profile:
-        measured = cost_profile.load(args.profile)
+        measured = {Path(p).stem: cost_profile.load(p) for p in args.profile}
     else:
         print("calibrating (texscope calibrate, default settings) ...", flush=True)
-        measured = cost_profile.from_document(calibrate.calibrate(args.device), "calibrated now")
+        measured = {"measured": cost_profile.from_document(calibrate.calibrate(args.device),
+                                                           "calibrated now")}
     if args.export:
-        export(Path(args.export), names, measured, args.relaxed)
+        export(Path(args.export), names, measured)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        export(Path(tmp), names, measured, args.relaxed, device)
+        export(Path(tmp), names, measured, device)
         meta = json.loads((Path(tmp) / names[0] / "predicted.json").read_text())
-        print(f"measured profile {meta['measured_profile']}")
-        print(f"default profile  {meta['default_profile']}")
+        for label, text in meta["profiles"].items():
+            print(f"{label} profile: {text}")
         print_table(measure(Path(tmp), names, device, args.runs))
 
 

@@ -1,11 +1,14 @@
 """Shared checks: every pass leaves its input alone and returns well-formed IR."""
 
+import copy
 import os
 
 import pytest
 import tvm
 from hypothesis import HealthCheck, settings
 from tvm import relax
+
+from texscope.knowledge import profile as cost_profile
 
 # The fuzzer's profiles: "ci" by default, "long" with --hypothesis-profile long
 # (TEXSCOPE_FUZZ_EXAMPLES sets how long).
@@ -28,6 +31,17 @@ TINY = tvm.target.Target(
         "texture_depth_limit": 16,
     }
 )
+
+
+def conv_reads_pay():
+    """The Adreno defaults, but a packed conv's texture read saves 16 bytes per
+    byte read: enough for the small test tensors' conv reads to pay for a copy
+    (and its launch, 64 KiB's worth).  With the defaults' 1.0 a conv reads a
+    buffer rather than a copy of it; the tests of copies use this profile."""
+    document = copy.deepcopy(dict(cost_profile.default("adreno").document))
+    for name in ("packed_conv", "depthwise_conv"):
+        document["kernels"][name]["read_gain"] = {"value": 16.0, "source": "tests: reads pay"}
+    return cost_profile.from_document(document, "conv reads pay")
 
 
 def run_pass(pass_, mod: tvm.IRModule) -> tvm.IRModule:

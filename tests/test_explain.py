@@ -7,7 +7,7 @@ import pytest
 import tvm
 
 import texscope
-from conftest import ADRENO
+from conftest import ADRENO, conv_reads_pay
 from modules import rules
 from texscope.cli import main
 from texscope.diagnostics.explain import DumpStages, explain, graph_svg, parameter_side
@@ -19,8 +19,10 @@ RULES = str(Path(__file__).parent / "modules" / "rules.py")
 
 
 def conflict_report():
+    """The Conflict module's report, under prices that make c a texture
+    copied for the reductions (with the defaults the conv reads a buffer)."""
     packed = ConvertKeepingNames(ADRENO)(rules.Conflict)
-    _, plans = annotate_module(packed, texscope.texture_target(ADRENO))
+    _, plans = annotate_module(packed, texscope.texture_target(ADRENO, conv_reads_pay()))
     return Report.from_plans("adreno-opencl", plans)
 
 
@@ -98,7 +100,7 @@ def _browser(playwright):
 def test_the_report_page_opens_in_a_real_browser(tmp_path):
     from playwright.sync_api import sync_playwright
 
-    result = texscope.build(rules.Conflict, "adreno-opencl")
+    result = texscope.build(rules.Conflict, "adreno-opencl", profile=conv_reads_pay())
     page_path = result.export(tmp_path / "out") / "report.html"
     errors = []
     with sync_playwright() as playwright:

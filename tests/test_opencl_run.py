@@ -1,5 +1,7 @@
 """Built texture programs run on a real OpenCL (PoCL in CI) and match the CPU."""
 
+import copy
+
 import attrs
 import numpy as np
 import pytest
@@ -11,21 +13,22 @@ from texscope import opencl
 from texscope.diagnostics import verify
 from texscope.models import zoo
 from texscope.cli import main
+from texscope.knowledge import profile as cost_profile
 from texscope.opencl import memory
 from texscope.opencl.launches import ParamArg, WorkspaceArg, kernel_launches
 from texscope.opencl.program import Copy, KernelCall, TensorSpec, read_program
 from texscope.opencl.source import kernel_signatures, pyopencl
 from texscope.backend.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 
-from conftest import run_pass
+from conftest import conv_reads_pay, run_pass
 from modules import opencl_cases, rules, signatures, storage_views, texel_cases
 
 TOLERANCE = dict(rtol=1e-3, atol=1e-3)
 
 
-def run_and_compare(mod, seed=0):
+def run_and_compare(mod, seed=0, profile=None):
     """Build, run on OpenCL, and the CPU's outputs for the same inputs."""
-    result = texscope.build(mod, "adreno-opencl")
+    result = texscope.build(mod, "adreno-opencl", profile=profile)
     inputs = verify.random_inputs(mod, seed)
     run = opencl.run(result, inputs)
     return result, run, verify.reference_outputs(mod, inputs)
@@ -66,11 +69,61 @@ def test_the_seed_conv_reads_its_input_and_weights_from_images():
 
 
 def test_a_conflict_runs_a_real_copy_between_image_and_buffer():
-    result, run, expected = run_and_compare(rules.Conflict)
+    result, run, expected = run_and_compare(rules.Conflict, profile=conv_reads_pay())
     assert_close(run, expected)
     copies = [s for s in read_program(result.module).steps if isinstance(s, Copy)]
     assert copies and run.copies == len(copies)
     assert {(c.source.is_texture, c.target.is_texture) for c in copies} == {(True, False)}
+
+
+def slow_conv_reads():
+    """The Adreno defaults, but a packed or grouped conv's texture reads cost."""
+    document = copy.deepcopy(dict(cost_profile.default("adreno").document))
+    for name in ("packed_conv", "depthwise_conv"):
+        document["kernels"][name]["read_gain"] = {"value": -2.0, "source": "tests"}
+    return cost_profile.from_document(document, "slow conv reads")
+
+
+@pytest.mark.parametrize("name", ["Seed", "Depthwise", "Conflict"])
+@pytest.mark.parametrize("prices", ["default", "slow conv reads"])
+def test_packed_convs_reading_buffers_compute_the_cpu_numbers(name, prices):
+    """A packed conv may read its data from a buffer: TVM's Adreno NCHWc
+    kernel is then built with a buffer parameter for it, and computes right."""
+    profile = slow_conv_reads() if prices != "default" else None
+    result, run, expected = run_and_compare(getattr(rules, name), profile=profile)
+    assert_close(run, expected)
+    launches = kernel_launches(result.kernels)
+    data_scopes = []
+    for step in read_program(result.module).steps:
+        if isinstance(step, KernelCall) and step.function.startswith("conv2d_NCHWc_OIHWo"):
+            for launch in launches[step.function]:
+                declared = {a.index: a.scope for a in launch.args if isinstance(a, ParamArg)}
+                if 0 in declared:
+                    assert declared[0] == step.tensors[0].scope
+            data_scopes.append(step.tensors[0].scope)
+    # Under the defaults only Conflict's second conv reads a buffer (a texture
+    # of c would need a copy for the reductions); slow reads make all do.
+    buffers = {"Seed": 0, "Depthwise": 0, "Conflict": 1}[name] if profile is None \
+        else len(data_scopes)
+    assert data_scopes.count("global") == buffers and data_scopes
+
+
+def test_a_grouped_conv_writes_the_storage_its_plan_says():
+    """texscope's grouped-conv legalization keeps the planned output VDevice
+    (it took the input's texture scope before)."""
+    document = copy.deepcopy(dict(cost_profile.default("adreno").document))
+    document["kernels"]["depthwise_conv"] = {
+        "read_gain": {"value": 1000.0, "source": "tests"},
+        "write_gain": {"value": -1000.0, "source": "tests"}}
+    document["kernels"]["packed_conv"]["read_gain"] = {"value": -1000.0, "source": "tests"}
+    result, run, expected = run_and_compare(
+        rules.Depthwise, profile=cost_profile.from_document(document, "tests"))
+    assert_close(run, expected)
+    grouped = [s for s in read_program(result.module).steps
+               if isinstance(s, KernelCall) and s.function.startswith("conv2d_NCHWc_OIHWo")][:2]
+    # Its padding kernel reads the texture; the conv writes a (buffer).
+    assert grouped[0].tensors[0].scope == "global.texture-weight"
+    assert grouped[1].tensors[0].scope == "global"
 
 
 def test_one_prim_func_with_two_storage_signatures_is_split():

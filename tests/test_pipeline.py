@@ -5,7 +5,7 @@ import tvm
 from tvm import relax
 
 import texscope
-from conftest import ADRENO, TINY, VULKAN, copies, run_pass, scopes, with_ty_args
+from conftest import ADRENO, TINY, VULKAN, conv_reads_pay, copies, run_pass, scopes, with_ty_args
 from modules import expected, rules, texel_cases
 from texscope.backend import upstream
 from texscope.models import zoo
@@ -36,9 +36,18 @@ def test_seed_is_exactly_the_design():
 
 
 def test_conflicting_consumers_share_one_copy():
-    out = pipeline(rules.Conflict)
+    out = run_pass(texscope.texture_scope_pipeline(ADRENO, check=True, profile=conv_reads_pay()),
+                   rules.Conflict)
     tvm.ir.assert_structural_equal(out, with_ty_args(expected.ConflictExpected))
     assert copies(out) == ["c_global"]
+
+
+def test_a_packed_conv_reads_a_buffer_rather_than_a_copy_of_it():
+    # With the default prices a texture of c saves the conv's read less than
+    # its copy for the reductions costs: the conv reads the buffer they read.
+    out = pipeline(rules.Conflict)
+    tvm.ir.assert_structural_equal(out, with_ty_args(expected.ConflictReadsBufferExpected))
+    assert copies(out) == []
 
 
 def test_conv_relu_reads_texture_and_unpacks_from_buffer():

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -153,9 +154,32 @@ def test_slow_textures_keep_tensors_in_buffers():
     slow = plan(rules.MaxPool, priced(read=-2.0, write=-2.0))
     assert slow.of("c").storage is Storage.BUFFER
     assert slow.of("lv1").storage is Storage.BUFFER
-    # The registry still has packed convs read their data from a texture.
-    assert slow.of("lv").storage is Storage.TEXTURE
+    # Packed convs read their data from a buffer too: slow textures keep it one.
+    assert default.of("lv").storage is Storage.TEXTURE
+    assert slow.of("lv").storage is Storage.BUFFER
+    assert slow.of("lv").reason == "buffer; read directly by c"
     assert slow.copies == 0
+
+
+@I.ir_module
+class PackedAdd:
+    """Packed parameters added: the named relax.add entry, not the generic
+    injective one, describes the call."""
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 8, 8, 4), "float32"), y: R.Tensor((1, 2, 8, 8, 4), "float32")):
+        with R.dataflow():
+            gv = R.add(x, y)
+            R.output(gv)
+        return gv
+
+
+def test_named_elementwise_operators_take_the_profiles_elementwise_prices():
+    assert plan(PackedAdd).of("x").storage is Storage.TEXTURE  # the default's +0.125
+    document = copy.deepcopy(dict(cost_profile.default("adreno").document))
+    document["kernels"]["elementwise"]["read_gain"] = {"value": -2.0, "source": "test"}
+    slow = plan(PackedAdd, cost_profile.from_document(document, "test"))
+    assert slow.of("x").storage is Storage.BUFFER and slow.of("y").storage is Storage.BUFFER
 
 
 def test_free_copies_let_the_planner_copy():
@@ -180,14 +204,19 @@ def test_plan_cost_prices_with_the_profile_it_is_given():
 def test_pipeline_and_explain_take_a_profile(tmp_path, capsys):
     slow = priced(read=-2.0, write=-2.0)
     annotated = texscope.texture_scope_pipeline(ADRENO, profile=slow)(rules.MaxPool)
-    assert texscope.plan_cost(annotated, ADRENO, profile=slow).texture_saving < 0
+    # Every texture costs under it, the conv's data included: no texture at all.
+    found = texscope.plan_cost(annotated, ADRENO, profile=slow)
+    assert (found.copies, found.texture_saving, found.units) == (0, 0, 0)
+    assert texscope.texture_scope_pipeline(ADRENO)(rules.MaxPool).global_infos != \
+        annotated.global_infos  # the default plan has textures
     path = tmp_path / "slow.json"
     path.write_text(json.dumps(slow.document))
     assert main(["explain", RULES, "--module", "MaxPool", "--tensor", "c"]) == 0
-    assert "c: texture" in capsys.readouterr().out
+    # c's row: its scope, then the reason (a row, not a consumer label).
+    assert re.search(r"^c .* global\.texture-weight +texture;", capsys.readouterr().out, re.M)
     assert main(["explain", RULES, "--module", "MaxPool", "--tensor", "c",
                  "--cost-profile", str(path)]) == 0
-    assert "c: buffer" in capsys.readouterr().out
+    assert re.search(r"^c .* global +buffer;", capsys.readouterr().out, re.M)
     (tmp_path / "bad.json").write_text("{")
     assert main(["build", RULES, "--module", "MaxPool", "--cost-profile",
                  str(tmp_path / "bad.json"), "-o", str(tmp_path / "out")]) == 2

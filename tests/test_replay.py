@@ -18,6 +18,7 @@ from texscope.opencl.plan import CopyStep, KernelStep, TensorArg, read_plan
 from texscope.opencl.replay import replay
 from texscope.opencl.source import missing_extensions, pyopencl
 
+from conftest import conv_reads_pay
 from modules import rules
 
 # Runs the replay module as `python -m` would, with every tvm import failing,
@@ -53,7 +54,8 @@ def conflict():
     w = (rng.uniform(-1, 1, (8, 8, 3, 3)) / np.sqrt(72)).astype("float32")
     mod = relax.transform.BindParams("main", {"w": w})(rules.Conflict)
     inputs = verify.random_inputs(mod)
-    result = texscope.build(mod, "adreno-opencl")
+    # Prices under which c is a texture copied for the reductions.
+    result = texscope.build(mod, "adreno-opencl", profile=conv_reads_pay())
     return types.SimpleNamespace(mod=mod, inputs=inputs, result=result,
                                  plan=opencl.plan_of(result))
 

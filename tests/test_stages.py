@@ -7,7 +7,7 @@ import tvm_ffi
 from tvm import relax
 
 import texscope
-from conftest import ADRENO, run_pass
+from conftest import ADRENO, conv_reads_pay, run_pass
 from modules import annotated, folding, rules
 from texscope.cleanup import Cleanup
 from texscope.convert_layout import FoldConstantsIfAny, merge_identical_prim_funcs
@@ -22,8 +22,8 @@ def stage1(mod):
     return run_pass(texscope.ConvertToPackedLayout(ADRENO), mod)
 
 
-def consumers(mod):
-    return texscope.collect_consumer(mod, "main", texscope.texture_target(ADRENO))
+def consumers(mod, profile=None):
+    return texscope.collect_consumer(mod, "main", texscope.texture_target(ADRENO, profile))
 
 
 def op_calls(mod, op_name):
@@ -52,7 +52,7 @@ def test_collect_consumer_lists_every_demand():
     info = consumers(stage1(rules.Conflict))
     fields = [(d.consumer, d.operand, d.accepts, d.wants, d.entry) for d in info.of("c")]
     assert fields == [
-        ("p", 0, TEXTURE, Storage.TEXTURE, "conv2d_nchw4c"),
+        ("p", 0, ANY, Storage.TEXTURE, "conv2d_nchw4c"),
         ("m", 0, BUFFER, Storage.BUFFER, "mean"),
         ("s", 0, BUFFER, Storage.BUFFER, "sum"),
     ]
@@ -61,9 +61,10 @@ def test_collect_consumer_lists_every_demand():
     assert [(d.consumer, d.accepts, d.wants) for d in info.of("p")] == [
         ("lv3", ANY, Storage.BUFFER)]
     assert [(d.consumer, d.accepts) for d in info.of("lv3")] == [(RETURN, BUFFER)]
-    # The packed input feeds conv2d's data operand; the packed weights its kernel
-    # operand, which reads either storage and gains from a texture.
-    assert [(d.consumer, d.operand, d.wants) for d in info.of("lv")] == [("c", 0, Storage.TEXTURE)]
+    # The packed input feeds conv2d's data operand, the packed weights its kernel
+    # operand: both read either storage and gain from a texture.
+    assert [(d.consumer, d.operand, d.accepts, d.wants) for d in info.of("lv")] == [
+        ("c", 0, ANY, Storage.TEXTURE)]
     assert [(d.consumer, d.operand, d.accepts, d.wants) for d in info.of("lv1")] == [
         ("c", 1, ANY, Storage.TEXTURE)]
 
@@ -77,8 +78,20 @@ def test_collect_consumer_falls_back_to_buffer_when_a_tensor_cannot_be_a_texture
     assert [d.accepts for d in relu_input] == [ANY]
 
 
-def test_collect_producer_settles_the_conflict():
+def test_collect_producer_reads_a_buffer_where_a_texture_would_need_a_copy():
+    # The default prices: the conv's texture read of c saves 8 KiB, a copy for
+    # the reductions would cost 8 KiB and a launch.
     info = texscope.collect_producer(consumers(stage1(rules.Conflict)))
+    c = info.of("c")
+    assert (c.storage, c.scope, c.copied_to, c.copy_bytes) == (Storage.BUFFER, "global", (), 0)
+    assert c.reason == "buffer; read directly by p, m, s"
+    assert info.copies == 0
+    calls = {site.name: site.index for site in info.graph.calls}
+    assert info.reads[calls["p"]] == ("global", TW)
+
+
+def test_collect_producer_settles_the_conflict():
+    info = texscope.collect_producer(consumers(stage1(rules.Conflict), conv_reads_pay()))
     c = info.of("c")
     assert (c.storage, c.scope, c.copied_to, c.copied_for) == (
         Storage.TEXTURE, TW, ("global",), ("m", "s"),
@@ -89,8 +102,10 @@ def test_collect_producer_settles_the_conflict():
     assert c.reason == ("texture; read directly by p; copied to buffer for m, s; "
                         "the texture reads save more than the copy costs")
     assert info.of("lv").reason == "texture; read directly by c"
-    local = texscope.collect_producer(consumers(stage1(rules.Conflict)), "local")
-    assert local.of("c").reason == "texture; read directly by p; copied to buffer for m, s"
+    # The local rule weighs no prices: fewest copies first, so no copy now that
+    # the conv may read a buffer.
+    local = texscope.collect_producer(consumers(stage1(rules.Conflict), conv_reads_pay()), "local")
+    assert local.of("c").reason == "buffer; read directly by p, m, s"
     assert info.of("lv1").scope == TW and info.of("lv1").copied_to == ()
     assert info.copies == 1
     calls = {site.name: site.index for site in info.graph.calls}
@@ -101,8 +116,8 @@ def test_collect_producer_settles_the_conflict():
 
 def test_define_vdevice_reads_every_tensor_in_its_planned_scope_and_types_every_call():
     mod = stage1(rules.Conflict)
-    texture = texscope.texture_target(ADRENO)
-    plan = texscope.collect_producer(consumers(mod))
+    texture = texscope.texture_target(ADRENO, conv_reads_pay())
+    plan = texscope.collect_producer(consumers(mod, conv_reads_pay()))
     out = texscope.define_vdevice(mod, {"main": plan}, texture)
     relax.analysis.well_formed(out)
     assert [str(v.memory_scope) for v in out.global_infos["vdevice"]] == ["global", TW]

@@ -7,7 +7,7 @@ import pytest
 import tvm
 
 import texscope
-from conftest import ADRENO, TINY, run_pass
+from conftest import ADRENO, TINY, conv_reads_pay, run_pass
 from modules import annotated, rules
 from texscope.knowledge import registry
 from texscope.backend import upstream
@@ -101,7 +101,7 @@ def test_the_check_flag_turns_a_broken_plan_into_an_error(monkeypatch):
 
     monkeypatch.setattr(stage3, "_optimal", read_textures_directly)
     with pytest.raises(texscope.TexscopeError, match="invariant") as err:
-        texscope.texture_scope_pipeline(ADRENO, check=True)(rules.Conflict)
+        texscope.texture_scope_pipeline(ADRENO, check=True, profile=conv_reads_pay())(rules.Conflict)
     assert err.value.binding == "m" and "mean cannot read a texture" in str(err.value)
 
 

@@ -78,6 +78,17 @@ def cmd_build(args) -> None:
 
 
 def cmd_calibrate(args) -> int:
+    if args.export_kernels:
+        # Building needs TVM, so it lives here rather than in opencl.calibrate
+        # (which runs on devices without TVM).
+        from .backend import kernel_set
+
+        path = kernel_set.export(args.export_kernels, args.shapes or kernel_set.DEFAULT_SHAPES,
+                                 args.target)
+        print(f"kernel set written to {path.parent}: carry it to the device and run "
+              f"`texscope calibrate --kernels {path.parent} -o profile.json` there "
+              "(or `python -m texscope.opencl.calibrate`, without TVM)")
+        return 0
     from .opencl import calibrate
 
     return calibrate.run_command(args)
@@ -221,6 +232,12 @@ def main(argv=None) -> int:
     from .opencl.calibrate import add_arguments  # pyopencl is imported only when it runs
 
     add_arguments(p)
+    p.add_argument("--export-kernels", metavar="DIR",
+                   help="build the kernel set that --kernels times (needs TVM) into DIR, "
+                        "and stop: small modules per kernel class, each built with its "
+                        "operands in buffers and in textures")
+    p.add_argument("--target", default="adreno-opencl",
+                   help="the target the kernel set is built for (--export-kernels)")
     p.set_defaults(run=cmd_calibrate)
     p = commands.add_parser("ops", help="print the operator registry")
     p.set_defaults(run=cmd_ops)

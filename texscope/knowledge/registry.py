@@ -369,14 +369,16 @@ OPAQUE = OpSupport(
 # exists anyway rather than a copy of it.)
 _LAYOUT_TRANSFORM = dict(inputs=(ANY,), outputs=(ANY,), cost_class="layout_transform",
                          sync=NO_SYNC)
-# A packed conv's: its data from a texture (as upstream; a tensor that
-# cannot be a texture is read as a buffer, so the kernel runs from buffers
-# too, but a plan that chose so would change upstream's plans), its weights
-# from either (the Adreno NCHW4c schedule reads them either way; from a
-# global.texture-weight image the numbers match the CPU on PoCL,
-# tests/test_opencl_run.py; upstream keeps them in buffers).
+# A packed conv's: its data and its weights from either storage.  TVM's
+# Adreno NCHW4c schedule indexes a buffer operand as it does a texture one
+# (a tensor too large for a texture is read as a buffer by the same kernel;
+# tests/test_opencl_run.py runs convs reading buffer data and texture or
+# buffer weights on PoCL against the CPU), so whether the data is a texture
+# is a price, the profile's packed_conv / depthwise_conv read gain, not a
+# rule.  Upstream always reads the data from a texture; a profile whose read
+# gain is positive and outweighs a copy keeps that plan.
 _PACKED_CONV = dict(
-    inputs=(TEXTURE, ANY),
+    inputs=(ANY,),
     outputs=(ANY,),
     desired_layouts=("NCHW4c", "OIHW4o", "NCHW4c"),
     layout_attrs=("data_layout", "kernel_layout", "out_layout"),
@@ -453,6 +455,9 @@ BUILTIN: tuple[OpSupport, ...] = (
             key=OpKey(op),
             inputs=(ANY,),
             outputs=(ANY,),
+            # Priced as the generic injective entry is: a measured profile's
+            # element-wise gains apply to these named operators too.
+            cost_class="elementwise",
             texture_gain=0.125,
             sync=NO_SYNC,
             note=f"{kind}: indexes each texel directly, as every injective kernel",

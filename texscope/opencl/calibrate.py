@@ -11,6 +11,11 @@ runs where TVM is not installed):
   kernel over a few shapes with its packed input in a buffer and in an image,
   and with its output in a buffer and in an image.
 
+With ``--kernels DIR`` the kernel classes are priced from texscope's own
+built kernels instead (:mod:`texscope.opencl.kernel_set`; ``texscope calibrate
+--export-kernels DIR`` builds the set where TVM is): what the planner's plans
+run, where a microbenchmark may mislead.
+
 A class's read gain is what reading its input from an image saves, in bytes
 a copy moves in the same time, per byte read:
 ``(t_buffer - t_image_in) / (bytes read * copy seconds per byte)``, the median
@@ -36,6 +41,7 @@ import numpy as np
 
 from ..knowledge import profile as cost_profile
 from ..errors import TexscopeError
+from . import kernel_set as built_kernels
 from . import source
 
 KERNEL_SOURCE = Path(__file__).with_name("calibrate_kernels.cl")
@@ -283,10 +289,11 @@ def _gain(buffer_s: float, image_s: float, nbytes: int, per_byte: float) -> floa
     return (buffer_s - image_s) / (nbytes * per_byte)
 
 
-def measure_kernels(bench: _Bench, shapes, per_byte: float, progress: Progress) -> dict:
+def measure_kernels(bench: _Bench, shapes, per_byte: float, progress: Progress,
+                    benchmarks=BENCHMARKS) -> dict:
     """Per kernel class: read and write gains, with the times behind them."""
     kernels = {}
-    for mb in BENCHMARKS:
+    for mb in benchmarks:
         samples, read_gains, write_gains = [], [], []
         for channels, size in shapes:
             c4 = max(channels // 4, 1)
@@ -334,30 +341,46 @@ def measure_kernels(bench: _Bench, shapes, per_byte: float, progress: Progress) 
     return kernels
 
 
-def steps(shapes, copy_sizes) -> int:
+def steps(shapes, copy_sizes, benchmarks=BENCHMARKS) -> int:
     per_shape = sum(2 + (0 if mb.write_kernel is None else
-                         1 + (mb.write_kernel != mb.read_kernel)) for mb in BENCHMARKS)
+                         1 + (mb.write_kernel != mb.read_kernel)) for mb in benchmarks)
     return 2 * len(copy_sizes) + per_shape * len(shapes)
 
 
 def calibrate(device_index: int = 0, shapes=DEFAULT_SHAPES, repeats: int = DEFAULT_REPEATS,
-              copy_sizes=COPY_TEXELS, progress_stream=None) -> dict:
+              copy_sizes=COPY_TEXELS, progress_stream=None, kernels_dir=None) -> dict:
     """Measure a cost profile on OpenCL device ``device_index``; returns the
-    profile document (validated; :func:`texscope.knowledge.profile.from_document` reads it)."""
+    profile document (validated; :func:`texscope.knowledge.profile.from_document` reads it).
+
+    With ``kernels_dir`` (what ``texscope calibrate --export-kernels`` wrote),
+    the classes it holds are priced from texscope's own built kernels
+    (:mod:`texscope.opencl.kernel_set`); the microbenchmarks price the rest.
+    """
     if repeats < 1:
         raise TexscopeError(f"repeats must be at least 1, not {repeats}")
     cl = source.pyopencl()
     device = pick_device(device_index)
-    progress = Progress(steps(shapes, copy_sizes), progress_stream)
+    built_classes = set()
+    if kernels_dir is not None:
+        built_classes = {c["cost_class"] for c in built_kernels.read_manifest(kernels_dir)["cases"]}
+    benchmarks = tuple(mb for mb in BENCHMARKS if mb.cost_class not in built_classes)
+    total = steps(shapes, copy_sizes, benchmarks)
+    if kernels_dir is not None:
+        total += built_kernels.steps(kernels_dir)
+    progress = Progress(total, progress_stream)
     bench = _Bench(cl, device, repeats)
     copy = measure_copies(bench, copy_sizes, progress)
-    kernels = measure_kernels(bench, shapes, copy["seconds_per_byte"]["value"], progress)
+    per_byte = copy["seconds_per_byte"]["value"]
+    kernels = measure_kernels(bench, shapes, per_byte, progress, benchmarks)
+    if kernels_dir is not None:
+        kernels.update(built_kernels.measure(kernels_dir, device, repeats, per_byte, progress))
     document = {
         "format": cost_profile.FORMAT,
         "version": cost_profile.VERSION,
         "device": describe_device(device, device_index),
         "created_by": (f"texscope calibrate: repeats={repeats}, shapes (channels, size)="
-                       f"{[list(s) for s in shapes]}, copy texels={list(copy_sizes)}"),
+                       f"{[list(s) for s in shapes]}, copy texels={list(copy_sizes)}"
+                       + (f", built kernels from {kernels_dir}" if kernels_dir else "")),
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "copy": copy,
         "kernels": kernels,
@@ -404,9 +427,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                         help=f"timed runs per measurement, the least kept (default "
                              f"{DEFAULT_REPEATS}; more for a steadier profile)")
-    parser.add_argument("--shapes", type=_shapes, default=DEFAULT_SHAPES,
+    parser.add_argument("--shapes", type=_shapes,
                         help="packed tensors the kernels are timed on, CHANNELSxSIZE,... "
                              "(default " + ",".join(f"{c}x{s}" for c, s in DEFAULT_SHAPES) + ")")
+    parser.add_argument("--kernels", metavar="DIR",
+                        help="price the kernel classes from texscope's own built kernels: "
+                             "the set `texscope calibrate --export-kernels DIR` wrote (the "
+                             "microbenchmarks price the classes it lacks)")
     parser.add_argument("--list-devices", action="store_true", help="list the devices and stop")
 
 
@@ -422,7 +449,8 @@ def run_command(args) -> int:
     if Path(args.output).exists() and not cost_profile.is_profile_file(args.output):
         raise TexscopeError(f"{args.output} exists and is not a texscope cost profile; "
                             "not overwriting it")
-    document = calibrate(args.device, args.shapes, args.repeats)
+    document = calibrate(args.device, args.shapes or DEFAULT_SHAPES, args.repeats,
+                         kernels_dir=args.kernels)
     path = write_profile(document, args.output)
     print(cost_profile.from_document(document, str(path)).describe())
     print(f"written to {path}")

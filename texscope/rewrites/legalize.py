@@ -74,6 +74,9 @@ def conv2d_nchwc(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         grouped_conv2d_nchwc, call.args[0], call.args[1],
         [int(s) for s in call.attrs.strides], [int(p) for p in call.attrs.padding],
         [int(d) for d in call.attrs.dilation], int(call.attrs.groups), str(call.ty.dtype),
+        # The planned output storage (its VDevice) is in ty_args; without it
+        # the output took whatever scope the specialization inferred.
+        ty_args=call.ty_args,
         primfunc_name_hint="conv2d_NCHWc_OIHWo",
     )
 
