@@ -58,6 +58,27 @@ def test_optimal_equals_exhaustive_search_with_sync_rules_and_gains(recipe):
     check_exact(recipe, compare_local=False)  # the local rule refuses sync rules
 
 
+@pytest.fixture
+def primary_synced():
+    """Injective kernels that must write in the storage they read their
+    first operand in, and nothing more (no "inputs" rule): the sync group is
+    the first operand's read alone."""
+    saved = list(registry._user_entries)
+    registry.register_op(texscope.OpSupport(
+        name="primary_synced", key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+        inputs=(registry.ANY, registry.ANY), outputs=(registry.ANY,), texture_gain=3.0,
+        sync=frozenset({"primary"})))
+    yield
+    registry._user_entries[:] = saved
+
+
+@pytest.mark.usefixtures("primary_synced")
+@settings(max_examples=30, deadline=None)
+@given(recipe=recipes(max_steps=3))
+def test_optimal_equals_exhaustive_search_with_a_primary_sync_rule(recipe):
+    check_exact(recipe, compare_local=False)  # the local rule refuses sync rules
+
+
 @pytest.mark.usefixtures("synced_and_greedy")
 def test_with_sync_rules_the_whole_graph_matters():
     mod = texscope.ConvertToPackedLayout(ADRENO)(rules.Residual)
