@@ -16,7 +16,10 @@ Printed per network, for upstream, texscope ``local`` and texscope ``optimal``:
   ratio to upstream's.
 
 Then, for the smaller graphs, the optimal planner's plan against exhaustive
-search over every assignment (``texscope.diagnostics.exhaustive``).
+search over every assignment in the planner's own cost model
+(``texscope.diagnostics.exhaustive.exhaustive``: it checks the min-cut
+encoding of that model; the tests also check the planner against an
+independent oracle, ``realized_optimum``).
 
 A plot of annotation time against graph size is saved next to this file
 (``compare_upstream.png``) when matplotlib is installed.

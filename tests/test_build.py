@@ -8,6 +8,7 @@ import tvm
 import texscope
 from texscope import opencl
 from texscope.models import zoo
+from texscope.backend import build as build_module
 from texscope.backend.build import build, kernel_signatures
 
 NETWORKS = ["seed", "resnet", "mobilenet_v2", "unet", "inception"]
@@ -27,6 +28,37 @@ def test_kernels_compile_on_a_real_opencl_and_read_images_properly(builds, name)
     assert result.report.build["kernels"] == len(kernels)
     assert result.report.build["kernels_with_images"] > 0
     assert opencl.image_misuse(result.opencl_source) == []
+    assert opencl.repeated_texel_stores(result.opencl_source) == []
+
+
+def test_without_the_texel_store_fix_lanes_are_stored_one_by_one(monkeypatch):
+    """RetypeTextureStore is what packs four lanes into one write_imagef:
+    without it each lane's value is stored to the same texel in turn (TVM
+    0.27 broadcasts each lane), which only a numeric run would notice."""
+    unchanged = tvm.tirx.transform.prim_func_pass(lambda f, _m, _c: f, opt_level=0,
+                                                  name="unchanged")
+    monkeypatch.setattr(build_module, "RetypeTextureStore", unchanged)
+    source = build(texscope.models.examples.Seed, "adreno-opencl").opencl_source
+    repeated = opencl.repeated_texel_stores(source)
+    # Both packing kernels write texels; each now loops over the 4 lanes.
+    assert sorted(p.split(":")[0] for p in repeated) == [
+        "te_layout_transform1_kernel", "te_layout_transform_kernel"]
+    assert all("repeats over i4_1_s" in p for p in repeated)
+
+
+def test_a_repeated_texel_store_is_found_in_a_loop_its_coordinate_ignores():
+    source = """__kernel void k(__write_only image2d_array_t out, __global float* x) {
+  for (int lane = 0; lane < 4; ++lane) {
+    write_imagef(out, (int4)(get_global_id(0), 0, 0, 0), (float4)(x[lane]));
+  }
+  for (int i = 0; i < 4; ++i) {
+    write_imagef(out, (int4)(i, 0, 0, 0), (float4)(x[i]));
+  }
+}
+"""
+    assert opencl.repeated_texel_stores(source) == [
+        "k: `write_imagef(out, (int4)(get_global_id(0), 0, 0, 0), (float4)(x[lane]));` "
+        "repeats over lane"]
 
 
 def test_the_seed_builds_four_kernels_and_the_conv_reads_an_image(builds):
@@ -37,23 +69,23 @@ def test_the_seed_builds_four_kernels_and_the_conv_reads_an_image(builds):
     assert "__read_only image2d_array_t" in conv
 
 
-# Kernels and copies left per network (upstream's build: 16 / 16 copies on
-# resnet, a crash on mobilenet_v2, 23 / 0 on unet, 12 / 3 on inception).
-# Fewer kernels come from the gather legalization of layout transforms (they
-# fuse), fewer copies from pools writing textures and from unpacking straight
-# from a texture where the alternative is a copy (inception: the softmax's
-# unpack reads the shared conv's texture, at the price of one more unpack
-# kernel for that storage signature).  mobilenet_v2's depthwise convs write
-# the buffers their plan says (they wrote textures before texscope's grouped
-# legalization kept the planned VDevice), so the clip after them needs one
-# storage signature, not two: 21 kernels, not 22.
-EXPECTED = {"resnet": (17, 0), "mobilenet_v2": (21, 0), "unet": (21, 0), "inception": (11, 0)}
-
-
-@pytest.mark.parametrize("name", EXPECTED)
-def test_each_network_builds_its_kernels_with_the_copies_it_needs(builds, name):
-    figures = builds[name].report.build
-    assert (figures["kernels"], figures["copies_left"]) == EXPECTED[name]
+@pytest.mark.parametrize("name", NETWORKS)
+def test_each_network_builds_without_copies_and_its_convs_read_images(builds, name):
+    result = builds[name]
+    # No tensor of these networks is read both by a kernel that reads only
+    # textures (a conv's data) and by one that reads only buffers: the
+    # reductions and the softmax read what the unpacking transforms write, and
+    # an unpack reads a conv's texture directly (the planner prefers that to a
+    # copy), so every copy the planner could make is avoided.  (Kernel counts
+    # per network were pinned here before: figures the code produced, not
+    # derived; upstream's build keeps 16 copies on resnet and crashes on
+    # mobilenet_v2, bench/build_compare.py prints both side by side.)
+    assert result.report.build["copies_left"] == 0
+    assert result.report.copies == ()
+    # Every conv kernel reads its data through an image: that is what packing
+    # and planning were for.
+    convs = {n: p for n, p in kernel_signatures(result.opencl_source).items() if "conv2d" in n}
+    assert convs and all("image2d_array_t" in params for params in convs.values())
 
 
 def test_the_stock_tir_pipeline_emits_invalid_opencl():
@@ -92,6 +124,11 @@ def test_vulkan_annotates_and_says_why_it_cannot_compile():
     result = build(texscope.models.examples.Seed, "adreno-vulkan")
     assert result.executable is None
     assert "no vulkan code generator" in result.report.build["codegen"]
+    # Seed's six tensors: x, w, the conv's output (read only by the unpack, so
+    # a buffer) and the unpacked result are buffers.  Flavours are tried
+    # texture-weight first: packed w (8, 64, 3, 3, 4) fits it as one layer of
+    # 8 x 576 texels; packed x (2, 16, 56, 56, 4) would be 16 x 56 x 56 = 50176
+    # texels wide, over 16384, and fits texture-nhwc as 2 layers of 16 x 3136.
     assert result.report.counts() == {
         "global": 4, "global.texture-nhwc": 1, "global.texture-weight": 1}
 
@@ -103,4 +140,5 @@ def test_get_default_pipeline_works_with_tvm_compile():
                              tir_pipeline="texscope_adreno")
     from texscope.backend.build import _device_source
 
-    assert opencl.image_misuse(_device_source(executable)) == []
+    source = _device_source(executable)
+    assert opencl.image_misuse(source) == [] and opencl.repeated_texel_stores(source) == []

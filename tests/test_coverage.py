@@ -46,10 +46,10 @@ CASES = {
     "matmul": (lambda c, m: O.matmul(c, m), [("m", (16, 16))], "matmul", "matmul", "global"),
     "concat": (lambda c: O.concat([c, c], axis=1), [], "concatenate", "concat", "texture"),
     "split": (lambda c: O.split(c, 2, axis=1)[0], [], "split", "injective", "texture"),
-    "max_pool2d": (lambda c: O.nn.max_pool2d(c, 3, 1, 1), [], "max_pool2d", "max_pool2d_nchw4c", "texture"),
-    "avg_pool2d": (lambda c: O.nn.avg_pool2d(c, 3, 1, 1), [], "avg_pool2d", "avg_pool2d_nchw4c", "texture"),
+    "max_pool2d": (lambda c: O.nn.max_pool2d(c, 3, 1, 1), [], "max_pool2d", "pool", "texture"),
+    "avg_pool2d": (lambda c: O.nn.avg_pool2d(c, 3, 1, 1), [], "avg_pool2d", "pool", "texture"),
     "adaptive_avg_pool2d": (lambda c: O.nn.adaptive_avg_pool2d(c, (1, 1)), [], "adaptive_avg_pool2d",
-                            "adaptive_avg_pool2d_nchw4c", "texture"),
+                            "pool", "texture"),
 }
 
 

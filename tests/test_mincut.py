@@ -47,12 +47,14 @@ def energies(draw):
 def test_min_cut_finds_the_minimum(energy_terms):
     n, unary, pairs = energy_terms
     energy = BinaryEnergy()
-    for i in range(n):
-        energy.variable()
-        energy.unary(i, *unary[i])
+    variables = [energy.variable() for _ in range(n)]
+    for x, costs in zip(variables, unary):
+        energy.unary(x, *costs)
     for a, b, table in pairs:
-        energy.pairwise(a, b, table[(0, 0)], table[(0, 1)], table[(1, 0)], table[(1, 1)])
-    labels, minimum = energy.minimise()
+        energy.pairwise(variables[a], variables[b],
+                        table[(0, 0)], table[(0, 1)], table[(1, 0)], table[(1, 1)])
+    found, minimum = energy.minimise()
+    labels = [found[x] for x in variables]
     best = brute_force(n, unary, pairs)
     achieved = sum(unary[i][labels[i]] for i in range(n)) + sum(
         t[(labels[a], labels[b])] for a, b, t in pairs

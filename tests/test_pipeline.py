@@ -8,14 +8,26 @@ import texscope
 from conftest import ADRENO, TINY, VULKAN, conv_reads_pay, copies, run_pass, scopes, with_ty_args
 from modules import expected, rules, texel_cases
 from texscope.backend import upstream
+from texscope.models import zoo
 from texscope.convert_layout import LegalizeKeepingAttrs
+from texscope.diagnostics.verify import strip_scopes
 
 TW = "global.texture-weight"
 G = "global"
 
 
 def pipeline(mod, target=ADRENO):
-    return run_pass(texscope.texture_scope_pipeline(target, check=True), mod)
+    """The pipeline's output, checked to be stage 1's program exactly, with
+    scopes added (and, where it copies, copies): every test of a scope map
+    below compares the rest of the IR too."""
+    out = run_pass(texscope.texture_scope_pipeline(target, check=True), mod)
+    if not copies(out):
+        stage1 = relax.transform.CanonicalizeBindings()(
+            texscope.ConvertToPackedLayout(target)(mod))
+        stripped = strip_scopes(out)
+        tvm.ir.assert_structural_equal(
+            tvm.IRModule(stripped.functions, global_infos=stripped.global_infos), stage1)
+    return out
 
 
 def test_seed_is_exactly_the_design():
@@ -262,7 +274,7 @@ def test_a_call_into_a_public_relax_function_is_refused_naming_it():
 
 
 def test_an_rgb_stem_is_padded_and_reads_texture():
-    before = texscope.models.zoo.resnet_style(blocks=1, image=16)
+    before = zoo.resnet_style(blocks=1, image=16)
     out = pipeline(before)
     convs = [b.value for b in out["main"].body.blocks[0].bindings
              if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
@@ -270,3 +282,30 @@ def test_an_rgb_stem_is_padded_and_reads_texture():
     from texscope.diagnostics.verify import equivalent
 
     assert equivalent(before, out).ok
+
+
+def test_a_layout_conversion_failing_inside_tvm_is_named_and_keeps_its_cause():
+    with pytest.raises(texscope.TexscopeError,
+                       match="packing layouts failed inside TVM's ConvertLayout") as err:
+        texscope.ConvertToPackedLayout(ADRENO)(rules.AlreadyPacked)
+    # TVM's whole message and its error type, which is all that crosses the
+    # pass infrastructure (a chained cause does not); before, only the last
+    # line of the message was kept.
+    assert str(err.value).endswith(
+        "(InternalError: Check failed: (src.ndim() == dst.ndim() && input.ndim() == "
+        "src.ndim()) is false: Layouts must have the same size)")
+
+
+def test_only_what_tvm_raises_for_a_bad_target_is_an_unknown_target(monkeypatch):
+    with pytest.raises(texscope.TexscopeError, match="unknown target") as err:
+        texscope.texture_target({"kind": "opencl", "texture_spatial_limit": "wide"})
+    assert isinstance(err.value.__cause__, ValueError)
+
+    class Broken(tvm.target.Target):  # pylint: disable=too-few-public-methods
+        def __init__(self, _spec):  # pylint: disable=super-init-not-called
+            raise KeyError("a bug, not a bad target")
+
+    # A bug inside target creation is not the user's unknown target.
+    monkeypatch.setattr(tvm.target, "Target", Broken)
+    with pytest.raises(KeyError):
+        texscope.texture_target("adreno-opencl")

@@ -1,12 +1,17 @@
 """The op registry: which entry describes which call, and user entries."""
 
+import attrs
 import pytest
+import tvm
 from tvm import relax
 
 import texscope
 from conftest import ADRENO, run_pass, scopes
-from modules import rules
+from modules import rules, texel_cases
+from texscope import collect_consumer, collect_producer
+from texscope.backend import upstream
 from texscope.knowledge import registry
+from texscope.rewrites import legalize
 
 
 def entry_names(mod):
@@ -25,7 +30,7 @@ def test_stage1_output_calls_map_to_their_entries():
         "lv3": "layout_transform", "lv4": "layout_transform", "lv5": "layout_transform",
     }
     pooled = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
-    assert entry_names(pooled)["lv2"] == "max_pool2d_nchw4c"
+    assert entry_names(pooled)["lv2"] == "pool"
 
 
 def test_an_element_wise_kernel_maps_to_its_operators_entry():
@@ -38,8 +43,23 @@ def test_an_element_wise_kernel_maps_to_its_operators_entry():
 def test_stage1_is_configured_by_the_registry():
     assert registry.kept_ops() == ["relax.nn.conv2d"]
     recorded = registry.recorded_attrs()
-    assert recorded["relax.nn.max_pool2d"] == ["layout"]
+    # Pools are recognised by the tag TOPI puts on their blocks: no record.
+    assert "relax.nn.max_pool2d" not in recorded
     assert recorded["relax.layout_transform"] == []
+
+
+def test_the_pool_entry_is_what_lets_a_pool_read_a_texture(monkeypatch):
+    # The pool reads the conv's output c as a texture.
+    assert scopes(texscope.texture_scope_pipeline(ADRENO)(rules.MaxPool))["c"] == (
+        "global.texture-weight")
+    without = tuple(e for e in registry.BUILTIN if e.name != "pool")
+    assert len(without) == len(registry.BUILTIN) - 1
+    monkeypatch.setattr(registry, "BUILTIN", without)
+    # Nothing else describes a pool (no entry overlaps it): it is opaque and
+    # reads buffers, so the conv writes one.
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
+    assert entry_names(mod)["lv2"] == "opaque"
+    assert scopes(texscope.texture_scope_pipeline(ADRENO)(rules.MaxPool))["c"] == "global"
 
 
 @pytest.fixture
@@ -76,3 +96,79 @@ def test_depthwise_convs_are_packed_too(name):
     # texscope's packed legalization handles groups (TVM's divides by zero).
     layouts = {int(c.attrs.groups): c.attrs.data_layout for c in convs}
     assert layouts == {8: "NCHW4c", 1: "NCHW4c"}
+
+
+def _conv_layouts(mod):
+    return [(str(b.value.attrs.data_layout), registry.support_for(b.value, mod).name)
+            for b in mod["main"].body.blocks[0].bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+            and b.value.op.name == "relax.nn.conv2d"]
+
+
+def test_channel_padding_is_the_registrys_data(monkeypatch):
+    # RGBStem's conv reads 3 channels: padded to 4 (the registry says how),
+    # it packs and is the packed conv entry's.
+    assert _conv_layouts(texscope.ConvertToPackedLayout(ADRENO)(texel_cases.RGBStem)) == [
+        ("NCHW4c", "conv2d_nchw4c")]
+    assert registry.channel_paddings() == {
+        "relax.nn.conv2d": registry.ChannelPadding(("data_layout", "kernel_layout", "out_layout"))}
+    # Without the entry's padding data stage 1 pads nothing: the conv stays
+    # NCHW and reads buffers (pad_channels names no operator of its own).
+    monkeypatch.setattr(registry, "BUILTIN", tuple(
+        attrs.evolve(e, channel_padding=None) for e in registry.BUILTIN))
+    assert _conv_layouts(texscope.ConvertToPackedLayout(ADRENO)(texel_cases.RGBStem)) == [
+        ("NCHW", "conv2d_unpacked")]
+
+
+def test_the_packed_conv_legalization_is_named_by_the_registry(monkeypatch):
+    assert registry.packed_legalizations() == {"relax.nn.conv2d": "conv2d_nchwc"}
+    assert legalize.packed_legalizations() == {"relax.nn.conv2d": legalize.conv2d_nchwc}
+    # A kept operator without a texscope legalization is left to TVM's.
+    monkeypatch.setattr(registry, "BUILTIN", tuple(
+        attrs.evolve(e, legalization="") for e in registry.BUILTIN))
+    assert legalize.packed_legalizations() == {}
+
+
+def test_upstreams_legalized_layout_transforms_are_recognised_by_what_they_do():
+    with ADRENO:
+        theirs = upstream.stage1()(rules.Conflict)
+    names = entry_names(theirs)
+    # Upstream records nothing: its transforms are found as kernels made of
+    # one store of a loaded element, its reductions stay opaque.
+    assert {names[n] for n in ("lv", "lv1", "lv2")} == {"layout_transform_legalized"}
+    assert names["m"] == names["s"] == "opaque"
+
+
+def test_sync_rules_are_inferred_as_executorch_does():
+    def rules_of(inputs, outputs):
+        return texscope.OpSupport(name="x", key=registry.PatternKey(0), inputs=inputs,
+                                  outputs=outputs).sync_rules()
+
+    any_, tex, buf = registry.ANY, registry.TEXTURE, registry.BUFFER
+    assert rules_of((any_,), (any_,)) == {"inputs", "outputs", "primary"}
+    assert rules_of((any_, buf), (tex,)) == {"outputs"}
+    assert rules_of((tex,), (tex, buf)) == {"inputs", "primary"}
+    assert rules_of((tex, buf), (buf, buf)) == frozenset()
+
+
+@pytest.mark.usefixtures("user_entries")
+def test_a_later_user_entry_wins_over_an_earlier_one():
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.ConvRelu)
+    for name in ("first", "second", "third"):
+        texscope.register_op(texscope.OpSupport(
+            name=name, key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+            inputs=(registry.ANY,), outputs=(registry.ANY,)))
+    assert [e.name for e in registry.entries()[:3]] == ["third", "second", "first"]
+    assert entry_names(mod)["lv2"] == "third"
+
+
+def test_a_direct_call_of_a_relax_function_is_opaque():
+    # No entry is needed for calls between Relax functions: the pipeline
+    # inlines private callees and refuses public ones before stage 2, and a
+    # direct call matches no operator and no call_tir pattern, so stage 2 run
+    # by hand sees buffers in and out.
+    names = entry_names(rules.PublicCallee)
+    assert names["b"] == "opaque"
+    plan = collect_producer(collect_consumer(rules.PublicCallee, "main",
+                                             texscope.texture_target(ADRENO)))
+    assert plan.of("x").scope == plan.of("b").scope == "global"

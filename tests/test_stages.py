@@ -1,15 +1,18 @@
 """Each stage alone, its results compared field by field."""
 
 import numpy as np
+import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
 
 import texscope
 from conftest import ADRENO, conv_reads_pay, run_pass
 from modules import annotated, folding, rules
 from texscope.cleanup import Cleanup
-from texscope.convert_layout import FoldConstantsIfAny
+from texscope.convert_layout import FoldConstantsIfAny, merge_identical_prim_funcs
 from texscope.collect_consumer import RETURN
+from texscope.knowledge import registry
 from texscope.knowledge.registry import ANY, BUFFER, TEXTURE, Storage
 
 TW = "global.texture-weight"
@@ -37,8 +40,10 @@ def test_stage1_packs_conv2d_and_records_attributes_of_legalized_ops():
                if isinstance(f, tvm.tirx.PrimFunc) and "texscope_op" in f.attrs}
     assert records["te_layout_transform"] == {"op": "relax.layout_transform"}
     pooled = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
-    record = pooled[pooled.get_global_var("max_pool2d")].attrs["texscope_op"]
-    assert dict(record) == {"op": "relax.nn.max_pool2d", "layout": "NCHW4c"}
+    pool = pooled[pooled.get_global_var("max_pool2d")]
+    # The registry recognises pools by TOPI's block tag, not by a record.
+    assert "texscope_op" not in pool.attrs
+    assert registry.schedule_rules(pool) == {"meta_schedule.pool_max"}
     assert all("op_pattern" in f.attrs for f in mod.functions.values()
                if isinstance(f, tvm.tirx.PrimFunc))
 
@@ -154,3 +159,49 @@ def test_stage1_folds_constants_only_where_something_folds():
     np.testing.assert_array_equal(total.value.numpy(), 2 * folding.SCALE)
     # A constant next to a variable folds nothing: FoldConstant is not run.
     assert run_pass(FoldConstantsIfAny, folding.NothingToFold).same_as(folding.NothingToFold)
+
+
+def test_cleanup_keeps_a_copy_when_the_producer_writes_only_textures(monkeypatch):
+    # Folding the copy would make relu write the buffer itself: only a
+    # producer whose kernel writes buffers may (TextureOnlyCopied's relu is
+    # injective; here injective kernels write only textures).
+    texture_writer = texscope.OpSupport(
+        name="texture_writer", key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+        inputs=(ANY,), outputs=(TEXTURE,))
+    monkeypatch.setattr(registry, "_user_entries", [texture_writer])
+    out = run_pass(Cleanup(), annotated.TextureOnlyCopied)
+    tvm.ir.assert_structural_equal(out, annotated.TextureOnlyCopied)
+
+
+def test_stage1_builds_each_distinct_kernel_once():
+    # Batch norm's four parameters pack through identical layout transforms.
+    mod = stage1(rules.BatchNorm)
+    kernels = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert all(not tvm_ffi.structural_equal(a, b)
+               for i, a in enumerate(kernels) for b in kernels[i + 1:])
+    callees = [b.value.args[0] for b in mod["main"].body.blocks[0].bindings
+               if isinstance(b.value, relax.Call) and b.value.op.name == "relax.call_tir"]
+    # Every call goes to a kernel of the module, and some kernel serves several.
+    assert all(callee in mod.functions for callee in callees)
+    assert len(set(callees)) < len(callees)
+
+
+@pytest.mark.parametrize("gain, wants", [(0.0, Storage.TEXTURE), (-0.125, Storage.BUFFER)])
+def test_a_reader_of_either_wants_a_texture_unless_reading_one_costs(monkeypatch, gain, wants):
+    either = texscope.OpSupport(
+        name="either", key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+        inputs=(ANY,), outputs=(ANY,), texture_gain=gain, sync=frozenset())
+    monkeypatch.setattr(registry, "_user_entries", [either])
+    # ConvRelu's relu reads the conv's output c, which fits a texture; a
+    # texture read that saves nothing still wants one (the local policy's
+    # preference), one that costs wants a buffer.
+    (demand,) = consumers(stage1(rules.ConvRelu)).of("c")
+    assert (demand.entry, demand.accepts, demand.wants) == ("either", ANY, wants)
+
+
+def test_identical_kernels_merge_into_the_first_by_name():
+    merged = merge_identical_prim_funcs(annotated.TwinKernels)
+    tvm.ir.assert_structural_equal(merged, annotated.TwinKernelsMerged)
+    # Kernels the module had before a legalization are not compared.
+    assert merge_identical_prim_funcs(annotated.TwinKernels, before=annotated.TwinKernels) \
+        is annotated.TwinKernels

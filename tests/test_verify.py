@@ -31,7 +31,7 @@ def test_upstreams_one_dimensional_textures_are_violations():
     with ADRENO:
         theirs = upstream.annotate(ADRENO)(upstream.stage1()(rules.BatchNorm))
     messages = {(v.binding, v.message) for v in check_invariants(theirs, ADRENO)}
-    assert ("mean", "a texture needs a 5-D shape with inner axis 4, not [8]") in messages
+    assert ("mean", "cannot be a texture: shape [8] is not 5-D packed with inner axis 4") in messages
 
 
 def test_a_texture_over_the_limits_is_a_violation():
@@ -39,7 +39,12 @@ def test_a_texture_over_the_limits_is_a_violation():
     violations = check_invariants(ours, TINY)  # fine for Adreno, too wide for TINY
     # The packed input and the packed weights.
     assert sorted(v.binding for v in violations) == ["lv", "lv1"]
-    assert all("exceeds the limits" in v.message for v in violations)
+    # TINY: 64 texels a side, 16 layers; the input packs to (2, 16, 56, 56, 4),
+    # which the Adreno plan put in global.texture-nhwc: 2 layers of 16 rows of
+    # 56 x 56 texels.
+    assert [v.message for v in violations if v.binding == "lv"] == [
+        "cannot be a texture: global.texture-nhwc of 2 x 16 x 3136 texels exceeds the limits "
+        "(spatial 64, depth 16)"]
 
 
 def test_a_kernel_reading_a_texture_it_cannot_is_a_violation():
@@ -127,3 +132,41 @@ def test_a_nan_in_the_output_is_a_mismatch():
     assert (found.ok, found.max_abs_error) == (False, float("inf"))
     close = verify.compare([np.array([1.0, 2.00001], "float32")], [np.array([1.0, 2.0], "float32")])
     assert close.ok and 0 < close.max_abs_error < 2e-5
+
+
+def test_a_kernel_reading_a_buffer_where_it_needs_a_texture_is_a_violation(monkeypatch):
+    texture_reader = texscope.OpSupport(
+        name="texture_reader", key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+        inputs=(registry.TEXTURE,), outputs=(registry.ANY,), sync=frozenset())
+    monkeypatch.setattr(registry, "_user_entries", [texture_reader])
+    found = {(v.binding, v.message)
+             for v in check_invariants(annotated.TextureAlsoReadDirectly, ADRENO)}
+    # x fits a texture, so a buffer is no fallback for it: t must read a texture.
+    assert found == {("t", "texture_reader cannot read a buffer (operand 0)")}
+
+
+def test_a_buffer_is_every_kernels_fallback_for_a_tensor_that_fits_no_texture(monkeypatch):
+    texture_reader = texscope.OpSupport(
+        name="texture_reader", key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+        inputs=(registry.TEXTURE,), outputs=(registry.ANY,), sync=frozenset())
+    monkeypatch.setattr(registry, "_user_entries", [texture_reader])
+    ours = run_pass(texscope.texture_scope_pipeline(ADRENO), rules.ConvRelu)
+    # The packing kernels read x and w, 4-D: no texture can hold them.
+    assert check_invariants(ours, ADRENO) == []
+
+
+def test_a_kernel_breaking_its_sync_rule_is_a_violation(monkeypatch):
+    synced = texscope.OpSupport(
+        name="synced", key=registry.PatternKey(registry.PATTERN_INJECTIVE),
+        inputs=(registry.ANY,), outputs=(registry.ANY,), sync=frozenset({"primary"}))
+    monkeypatch.setattr(registry, "_user_entries", [synced])
+    found = {(v.binding, v.message)
+             for v in check_invariants(annotated.TextureAlsoReadDirectly, ADRENO)}
+    # t reads a buffer and writes a texture, u the other way round.
+    message = "synced must write its first output in the storage it reads its first input in"
+    assert found == {("t", message), ("u", message)}
+
+
+def test_returning_a_texture_is_a_violation():
+    found = [(v.binding, v.message) for v in check_invariants(annotated.ReturnsTexture, ADRENO)]
+    assert found == [("return", "returns a texture; a function returns buffers")]

@@ -16,14 +16,14 @@ from tvm import relax
 
 from .knowledge import registry
 from .ir.graph import relax_bindings
-from .ir.rebuild import with_vdevice
+from .ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from .knowledge.targets import BUFFER_SCOPE, is_texture_scope
 
 TO_VDEVICE = "relax.to_vdevice"
 _HINT = tvm.ir.Op.get("relax.hint_on_device")
 
 
-def _use_counts(func: relax.Function) -> dict[relax.Var, int]:
+def _use_counts(mod: tvm.IRModule, gvar: relax.GlobalVar) -> dict[relax.Var, int]:
     counts: dict[relax.Var, int] = {}
 
     def count(expr):
@@ -38,82 +38,72 @@ def _use_counts(func: relax.Function) -> dict[relax.Var, int]:
             for arg in expr.args:
                 count(arg)
 
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            count(binding.value)
-    count(func.body.body)
+    for _, binding in relax_bindings(mod, [gvar]):
+        count(binding.value)
+    count(mod[gvar].body.body)
     return counts
 
 
-def _retarget(call: relax.Call, vdevice: relax.VDevice) -> relax.Call | None:
-    """The producer call writing a buffer on ``vdevice``, or None if it cannot."""
-    out_ty = call.ty
-    if not isinstance(out_ty, relax.TensorType):
-        return None
-    if not isinstance(call.op, tvm.ir.Op):
-        return None
+def _is_copy(value) -> bool:
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) \
+        and value.op.name == TO_VDEVICE
+
+
+def _foldable(mod: tvm.IRModule, gvar: relax.GlobalVar) -> dict[relax.Var, relax.VDevice]:
+    """Per texture whose only reader is a copy to a buffer and whose producer
+    can write that buffer, the buffer's VDevice."""
+    uses = _use_counts(mod, gvar)
+    producers: dict[relax.Var, relax.Call] = {}
+    folds = {}
+    for _, binding in relax_bindings(mod, [gvar]):
+        var, value = binding.var, binding.value
+        if not isinstance(value, relax.Call):
+            continue
+        producers[var] = value
+        if not _is_copy(value):
+            continue
+        source, dst = value.args[0], value.attrs.dst_vdevice
+        producer = producers.get(source)
+        src_ty = source.ty
+        if (str(dst.memory_scope) == BUFFER_SCOPE and uses.get(source, 0) == 1
+                and producer is not None and isinstance(producer.op, tvm.ir.Op)
+                and isinstance(src_ty, relax.TensorType) and src_ty.vdevice is not None
+                and is_texture_scope(src_ty.vdevice.memory_scope)
+                # Folding makes the producer write the buffer: its kernel must can.
+                and registry.Storage.BUFFER in registry.support_for(producer, mod).output(0)):
+            folds[source] = dst
+    return folds
+
+
+def _retarget(call: relax.Call, out_ty: relax.TensorType, vdevice: relax.VDevice) -> relax.Call:
+    """The producer call writing its ``out_ty`` as a buffer on ``vdevice``."""
     # For call_tir ty_args is out_ty; other ops infer their output VDevice from it.
     return relax.Call(call.op, call.args, call.attrs, [with_vdevice(out_ty, vdevice)])
 
 
 def fold_texture_copies(mod: tvm.IRModule) -> tvm.IRModule:
     """Write buffers directly where a texture is only ever copied to a buffer."""
-    functions = dict(mod.functions)
-    changed = False
-    for gvar, func in functions.items():
+    functions = {}
+    for gvar, func in mod.functions.items():
         if not isinstance(func, relax.Function):
             continue
-        uses = _use_counts(func)
-        blocks = []
-        for block in func.body.blocks:
-            producers = {}
-            bindings = []
-            for binding in block.bindings:
-                var, value = binding.var, binding.value
-                if isinstance(value, relax.Call):
-                    producers[var] = len(bindings)
-                folded = _fold(mod, value, producers, bindings, uses)
-                if folded is not None:
-                    bindings.append(relax.VarBinding(var, folded))
-                    changed = True
-                else:
-                    bindings.append(binding)
-            blocks.append(type(block)(bindings))
-        functions[gvar] = relax.Function(
-            func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
-            func.attrs,
-        )
-    if not changed:
-        return mod
-    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+        folds = _foldable(mod, gvar)
+        if not folds:
+            continue
+        rebuilder = Rebuilder(mod)
 
+        def rewrite(binding, folds=folds, rebuilder=rebuilder):
+            value = binding.value
+            if not isinstance(value, relax.Call):
+                return rebuilder.substitute(value)
+            if binding.var in folds:
+                return _retarget(rebuilder.substitute_call(value), value.ty, folds[binding.var])
+            if _is_copy(value) and value.args[0] in folds:
+                return rebuilder.substitute(value.args[0])  # the buffer itself now
+            return rebuilder.substitute_call(value)
 
-def _fold(mod, value, producers, bindings, uses):
-    """If ``value`` copies a single-use texture to a buffer, return the source var
-    after rewriting its producer in ``bindings`` to write the buffer."""
-    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-            and value.op.name == TO_VDEVICE):
-        return None
-    source = value.args[0]
-    dst = value.attrs.dst_vdevice
-    if str(dst.memory_scope) != BUFFER_SCOPE or uses.get(source, 0) != 1:
-        return None
-    position = producers.get(source)
-    if position is None:
-        return None
-    producer = bindings[position].value
-    src_ty = source.ty
-    if not (isinstance(src_ty, relax.TensorType) and src_ty.vdevice is not None
-            and is_texture_scope(src_ty.vdevice.memory_scope)):
-        return None
-    if registry.Storage.BUFFER not in registry.support_for(producer, mod).output(0):
-        return None
-    new_producer = _retarget(producer, dst)
-    if new_producer is None:
-        return None
-    new_var = type(source)(source.name, with_vdevice(src_ty, dst))
-    bindings[position] = relax.VarBinding(new_var, new_producer)
-    return new_var
+        functions[gvar] = rebuilder.run(func, list(func.params), rewrite)
+    return replace_functions(mod, functions) if functions else mod
 
 
 def _has_hints(mod: tvm.IRModule) -> bool:

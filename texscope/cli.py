@@ -194,9 +194,8 @@ def cmd_run(args) -> int:
 def cmd_ops(_args) -> None:
     rows = [("entry", "matches", "inputs", "outputs", "priced as", "why")]
     for entry in registry.entries():
-        key = entry.key.describe() if entry.key is not None else "(used directly)"
         rows.append((
-            entry.name, key,
+            entry.name, entry.key.describe(),
             ", ".join("/".join(sorted(s.value for s in r)) for r in entry.inputs) + " ...",
             ", ".join("/".join(sorted(s.value for s in r)) for r in entry.outputs),
             entry.cost_class or "-",

@@ -108,8 +108,7 @@ def consumer_demands(graph: FunctionGraph) -> ConsumerInfo:
 
 
 def collect_consumer(
-    mod: tvm.IRModule, function: str | relax.GlobalVar, texture: TextureTarget,
-    params_are_buffers: bool = False,
+    mod: tvm.IRModule, function: str | relax.GlobalVar, texture: TextureTarget
 ) -> ConsumerInfo:
     """Stage 2 on one Relax function of a module.
 
@@ -121,12 +120,10 @@ def collect_consumer(
         The Relax function to analyse.
     texture : TextureTarget
         The target, with its texture limits.
-    params_are_buffers : bool
-        Fix the function's parameters to buffers (other functions call it).
 
     Returns
     -------
     ConsumerInfo
     """
     gvar = mod.get_global_var(function) if isinstance(function, str) else function
-    return consumer_demands(build_graph(mod, gvar, texture, params_are_buffers))
+    return consumer_demands(build_graph(mod, gvar, texture))

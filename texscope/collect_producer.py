@@ -116,8 +116,6 @@ def writable(graph: FunctionGraph, tensor: Tensor) -> tuple[frozenset, str]:
         if Storage.TEXTURE not in allowed:
             return allowed, "its producer's kernel writes only buffers"
         return allowed, ""
-    if tensor.origin == "param" and graph.params_are_buffers:
-        return BUFFER, "other Relax functions call this one with buffers"
     return ANY, ""
 
 
@@ -257,6 +255,15 @@ def collect_producer(consumers: ConsumerInfo, policy: str = "optimal") -> Produc
                 f"the local policy cannot honour the sync rules of {synced.support.name}; "
                 "use policy='optimal'", graph.function, synced.name)
     storages, reads_per_tensor = (_optimal if policy == "optimal" else _local)(consumers)
+    return plan_of(consumers, storages, reads_per_tensor, policy)
+
+
+def plan_of(consumers: ConsumerInfo, storages, reads_per_tensor, policy: str) -> ProducerInfo:
+    """The plan writing each tensor in ``storages[t]`` and reading its demands
+    in ``reads_per_tensor[t]`` (one storage per demand), with the reasons in
+    words.  Nothing is checked: the exhaustive oracle hands it assignments
+    the planner would refuse, for ``check_invariants`` to judge."""
+    graph = consumers.graph
     reads: list[list[str | None]] = [[None] * len(site.operands) for site in graph.calls]
     choices = []
     for tensor, storage, read in zip(graph.tensors, storages, reads_per_tensor):

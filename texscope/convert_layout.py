@@ -28,6 +28,7 @@ from .rewrites.fold_constants import fold_constants
 from .ir.graph import relax_bindings, require_shapes
 from .rewrites.legalize import legalization_of, legalize_map
 from .rewrites.pad_channels import PadChannels
+from .ir.rebuild import Rebuilder
 from .knowledge.targets import texture_target
 
 
@@ -74,24 +75,22 @@ def merge_identical_prim_funcs(mod: tvm.IRModule, before: tvm.IRModule | None = 
     functions = {g: f for g, f in mod.functions.items() if g not in canonical}
     for gvar, func in functions.items():
         if isinstance(func, relax.Function):
-            functions[gvar] = _redirect_calls(func, canonical)
+            functions[gvar] = _redirect_calls(mod, func, canonical)
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def _redirect_calls(func: relax.Function, canonical: dict) -> relax.Function:
-    blocks = []
-    for block in func.body.blocks:
-        bindings = []
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Call) and value.args and value.args[0] in canonical:
-                value = relax.Call(value.op, [canonical[value.args[0]], *value.args[1:]],
-                                   value.attrs, value.ty_args)
-                binding = relax.VarBinding(binding.var, value)
-            bindings.append(binding)
-        blocks.append(type(block)(bindings))
-    return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty,
-                          func.is_pure, func.attrs)
+def _redirect_calls(mod: tvm.IRModule, func: relax.Function, canonical: dict) -> relax.Function:
+    rebuilder = Rebuilder(mod)
+
+    def rewrite(binding):
+        value = binding.value
+        if not isinstance(value, relax.Call):
+            return rebuilder.substitute(value)
+        if value.args and value.args[0] in canonical:
+            return rebuilder.substitute_call(value, canonical[value.args[0]])
+        return rebuilder.substitute_call(value)
+
+    return rebuilder.run(func, list(func.params), rewrite)
 
 
 def _all_constant(expr) -> bool:
@@ -155,26 +154,28 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
     @tvm.transform.module_pass(opt_level=0, name="texscope.ConvertToPackedLayout")
     def convert(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         require_shapes(mod)
-        passes = tvm.transform.Sequential(
-            [
+        with texture.target:
+            mod = tvm.transform.Sequential([
                 relax.transform.DecomposeOpsForInference(),
                 DecomposeForGPU(),
                 PadChannels(),
                 ExpandBroadcastRank(),
-                relax.transform.ConvertLayout({}, registry.desired_layouts),
+            ])(mod)
+            try:
+                mod = relax.transform.ConvertLayout({}, registry.desired_layouts)(mod)
+            except tvm.error.InternalError as err:
+                # Only TVM's message crosses its pass infrastructure (a chained
+                # cause does not): keep all of it and its type.  Only
+                # ConvertLayout is wrapped: an error elsewhere is no layout's.
+                raise TexscopeError(
+                    "packing layouts failed inside TVM's ConvertLayout; an operator whose "
+                    "layout cannot follow NCHW4c needs a registry entry with its "
+                    f"layout_attrs ({type(err).__name__}: {err})"
+                ) from err
+            return tvm.transform.Sequential([
                 relax.transform.Normalize(),
                 FoldConstantsIfAny,
                 LegalizeKeepingAttrs(),
-            ]
-        )
-        with texture.target:
-            try:
-                return passes(mod)
-            except tvm.error.InternalError as err:
-                raise TexscopeError(
-                    "packing layouts failed inside TVM; an operator whose layout cannot "
-                    "follow NCHW4c needs a registry entry with its layout_attrs: "
-                    + str(err).splitlines()[-1]
-                ) from None
+            ])(mod)
 
     return convert

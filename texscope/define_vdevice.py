@@ -19,8 +19,8 @@ import tvm
 from tvm import relax
 
 from .collect_producer import ProducerInfo
-from .ir.graph import DPS_OPS, dps_inputs
-from .ir.rebuild import Constant, Rebuilder, replace_functions, with_vdevice
+from .ir.graph import DPS_OPS, Constant, dps_inputs
+from .ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from .knowledge.targets import TextureTarget, VDeviceTable
 
 
@@ -34,7 +34,6 @@ class _FunctionRewriter:
         self.rebuilder = Rebuilder(mod)
         self.calls = 0
         self.hints: dict = {}
-        self.unrealized = False  # a hint_on_device was emitted: RealizeVDevice has work
 
     def vdevice_of(self, tensor: int) -> relax.VDevice:
         return self.vdevices[self.plan.choices[tensor].scope]
@@ -66,7 +65,6 @@ class _FunctionRewriter:
             source = self.graph.tensors[tensor].name.replace("[", "_").replace("]", "")
             name = f"{source}_{scope.replace('global.', '').replace('-', '_')}"
             if current is None:
-                self.unrealized = True
                 value = relax.op.hint_on_device(arg, self.device, scope)
             else:
                 value = relax.op.to_vdevice(arg, vdevice)

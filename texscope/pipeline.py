@@ -10,7 +10,7 @@ from .collect_consumer import collect_consumer
 from .collect_producer import ProducerInfo, collect_producer
 from .define_vdevice import define_vdevice
 from .errors import TexscopeError
-from .ir.graph import annotated_functions, called_functions
+from .ir.graph import annotated_functions, relax_bindings
 from .knowledge.targets import TextureTarget, texture_target
 from .diagnostics.verify import check_invariants
 from .convert_layout import ConvertToPackedLayout, LegalizeKeepingAttrs
@@ -21,43 +21,37 @@ ANNOTATED_ATTR = "texscope_target"
 def plan_module(mod: tvm.IRModule, texture: TextureTarget,
                 policy: str = "optimal") -> dict[str, ProducerInfo]:
     """Run stages 2 and 3 on every annotated function."""
-    callees = called_functions(mod)
+    # Calls between Relax functions are inlined or refused before this runs
+    # (annotate_module), so every parameter is its function's caller's to place.
     return {
-        gvar.name_hint: collect_producer(
-            collect_consumer(mod, gvar, texture, params_are_buffers=gvar.name_hint in callees),
-            policy,
-        )
+        gvar.name_hint: collect_producer(collect_consumer(mod, gvar, texture), policy)
         for gvar in annotated_functions(mod)
     }
 
 
 def _check_no_calls_between_functions(mod: tvm.IRModule) -> None:
-    for gvar in annotated_functions(mod):
-        for block in mod[gvar].body.blocks:
-            for binding in block.bindings:
-                value = binding.value
-                if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) \
-                        and isinstance(mod[value.op], relax.Function):
-                    raise TexscopeError(
-                        f"calls the public Relax function {value.op.name_hint!r}; texscope "
-                        "annotates calls into private functions by inlining them: make it private",
-                        gvar.name_hint,
-                        binding.var.name,
-                    )
+    for gvar, binding in relax_bindings(mod, annotated_functions(mod)):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) \
+                and isinstance(mod[value.op], relax.Function):
+            raise TexscopeError(
+                f"calls the public Relax function {value.op.name_hint!r}; texscope "
+                "annotates calls into private functions by inlining them: make it private",
+                gvar.name_hint,
+                binding.var.name,
+            )
 
 
 def _check_not_annotated(mod: tvm.IRModule) -> None:
-    for gvar in annotated_functions(mod):
-        for block in mod[gvar].body.blocks:
-            for binding in block.bindings:
-                ty = binding.var.ty
-                if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
-                    raise TexscopeError(
-                        "the module already carries VDevice annotations (from another "
-                        "pass?); give texscope the module before annotation",
-                        gvar.name_hint,
-                        binding.var.name,
-                    )
+    for gvar, binding in relax_bindings(mod, annotated_functions(mod)):
+        ty = binding.var.ty
+        if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
+            raise TexscopeError(
+                "the module already carries VDevice annotations (from another "
+                "pass?); give texscope the module before annotation",
+                gvar.name_hint,
+                binding.var.name,
+            )
 
 
 def _checked(mod: tvm.IRModule, stage: str, texture: TextureTarget, invariants: bool):
@@ -66,7 +60,6 @@ def _checked(mod: tvm.IRModule, stage: str, texture: TextureTarget, invariants: 
     except Exception as err:  # TVM reports ill-formed IR with several error types
         raise TexscopeError(f"texscope produced ill-formed IR after {stage}: {err}") from None
     if invariants:
-
         violations = check_invariants(mod, texture.target)
         if violations:
             first = violations[0]

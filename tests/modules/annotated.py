@@ -90,3 +90,71 @@ class TextureAlsoReadDirectly:
             gv = (b, u)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class ReturnsTexture:
+    """The texture goes back to the caller, which reads buffers."""
+
+    I.module_global_infos(
+        {"vdevice": [I.vdevice(ADRENO, 0, "global"), I.vdevice(ADRENO, 0, "global.texture-weight")]}
+    )
+
+    @T.prim_func(private=True)
+    def relu(x: T.Buffer((1, 2, 4, 4, 4), "float32"), y: T.Buffer((1, 2, 4, 4, 4), "float32")):
+        T.func_attr({"op_pattern": 0})
+        for i0, i1, i2, i3, i4 in T.grid(1, 2, 4, 4, 4):
+            y[i0, i1, i2, i3, i4] = T.max(x[i0, i1, i2, i3, i4], T.float32(0))
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 4, 4, 4), "float32", vdevice="opencl:0:global")):
+        cls = ReturnsTexture
+        with R.dataflow():
+            t = R.call_tir(
+                cls.relu,
+                (x,),
+                out_ty=R.Tensor((1, 2, 4, 4, 4), "float32", vdevice="opencl:1:global.texture-weight"),
+            )
+            R.output(t)
+        return t
+
+
+@I.ir_module
+class TwinKernels:
+    """Two identical kernels, as one legalization per call would make them."""
+
+    @T.prim_func(private=True)
+    def relu(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            y[i] = T.max(x[i], T.float32(0))
+
+    @T.prim_func(private=True)
+    def relu1(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            y[i] = T.max(x[i], T.float32(0))
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        cls = TwinKernels
+        with R.dataflow():
+            a = R.call_tir(cls.relu, (x,), out_ty=R.Tensor((4,), "float32"))
+            b = R.call_tir(cls.relu1, (a,), out_ty=R.Tensor((4,), "float32"))
+            R.output(b)
+        return b
+
+
+@I.ir_module
+class TwinKernelsMerged:
+    @T.prim_func(private=True)
+    def relu(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            y[i] = T.max(x[i], T.float32(0))
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        cls = TwinKernelsMerged
+        with R.dataflow():
+            a = R.call_tir(cls.relu, (x,), out_ty=R.Tensor((4,), "float32"))
+            b = R.call_tir(cls.relu, (a,), out_ty=R.Tensor((4,), "float32"))
+            R.output(b)
+        return b

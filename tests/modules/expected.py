@@ -29,7 +29,11 @@ ADRENO = {
 
 # The layout transforms of x and w write textures, conv2d reads both; conv2d's
 # output feeds only the unpacking transform, which reads buffers: it is written
-# global.
+# global.  The PrimFuncs are texscope's gather legalization of the layout
+# transforms (texscope.rewrites.legalize), right by their index maps: NCHW to
+# NCHW4c reads channel 4 * c_chunk + lane, OIHW to OIHW4o output channel
+# 4 * o_chunk + lane, and the unpack inverts the first.  Their numbers are
+# compared with the CPU in tests/test_verify.py and on OpenCL.
 @I.ir_module(check_well_formed=False)
 class SeedExpected:
     I.module_attrs({"texscope_target": "opencl"})

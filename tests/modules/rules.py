@@ -323,3 +323,29 @@ class PublicCallee:
             gv = R.add(b, b)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class SharedPackedInput:
+    """A packed input read by an element-wise kernel and a reduction (buffers only)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 16, 16, 4), "float32")):
+        with R.dataflow():
+            r = R.nn.relu(x)
+            m = R.sum(x, axis=[2, 3])
+            gv = (r, m)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class AlreadyPacked:
+    """A conv given in NCHW4c: ConvertLayout cannot make its layout follow NCHW4c again."""
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 8, 8, 4), "float32"), w: R.Tensor((2, 8, 3, 3, 4), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w, padding=(1, 1), data_layout="NCHW4c", kernel_layout="OIHW4o")
+            R.output(c)
+        return c

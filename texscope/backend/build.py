@@ -37,7 +37,7 @@ from tvm.tirx import compilation_pipeline
 
 from ..cleanup import FoldTextureCopies
 from ..planner.cost import plan_cost, texture_reads
-from ..rewrites.legalize import PACKED_CONV, LegalizeOnce
+from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from .memory import MemoryCapture, device_memory
 from ..frontend.naming import ConvertKeepingNames
 from ..opencl.executor import plan_of
@@ -99,7 +99,7 @@ def fuse_passes() -> list:
     return [
         # The default legalization leaves packed convs to texscope's (any groups).
         LegalizeOnce(),
-        LegalizeOnce(PACKED_CONV),
+        LegalizeOnce(packed_legalizations()),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

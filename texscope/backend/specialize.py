@@ -101,7 +101,7 @@ def keep_storage_changes_as_kernels(mod: tvm.IRModule) -> tvm.IRModule:
     for gvar, func in mod.functions.items():
         if not isinstance(func, relax.Function) or not any(
                 _changes_storage(b) and isinstance(b.var, relax.DataflowVar)
-                for block in func.body.blocks for b in block.bindings):
+                for _, b in relax_bindings(mod, [gvar])):
             continue
         rebuilder = Rebuilder(mod)
 

@@ -1,27 +1,44 @@
-"""Exhaustive search over storage assignments: the planner's yardstick.
+"""Exhaustive search over storage assignments: yardsticks for the planner.
 
-Tries every storage for every tensor and every read for every demand that the
-registry and its sync rules allow, and prices each with the planner's own
-cost model.  Exponential: only for graphs with a handful of free choices, to
-check that the min-cut planner is exact.
+:func:`exhaustive` searches the planner's own model (its ``writable`` sets,
+sync groups and :func:`texscope.planner.cost.assignment_cost`): equal to the
+min-cut's answer, it shows that the min-cut encodes that model exactly, and
+no more.  :func:`realized_optimum` is the independent oracle: it writes every
+assignment into the module through stages 4 and 5, keeps those
+:func:`texscope.diagnostics.verify.check_invariants` accepts, and prices the
+realized module from its IR and the cost profile alone
+(:func:`realized_price`), sharing neither the planner's constraints nor its
+cost code.  Both are exponential: only for graphs with a handful of free
+choices.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
-from ..planner import cost
-from ..collect_consumer import ConsumerInfo
-from ..collect_producer import ProducerInfo, writable
+import attrs
+import tvm
+from tvm import relax
+
+from ..cleanup import Cleanup
+from ..collect_consumer import ConsumerInfo, collect_consumer
+from ..collect_producer import ProducerInfo, plan_of, writable
+from ..define_vdevice import define_vdevice
+from ..ir.graph import dps_inputs, relax_bindings
+from ..knowledge import registry
 from ..knowledge.registry import Storage
-from ..knowledge.targets import is_texture_scope
+from ..knowledge.targets import TextureTarget, is_texture_scope
+from ..planner import cost
+from .verify import check_invariants
 
 MAX_FREE = 14  # free choices tried at most (2**14 assignments)
+MAX_REALIZED = 8  # the oracle builds and checks a module per assignment: fewer
 
 
 def exhaustive(consumers: ConsumerInfo, max_free: int = MAX_FREE) -> int | None:
-    """The least cost over every storage assignment the constraints allow, or
-    None when there are too many to try."""
+    """The least cost over every storage assignment the planner's constraints
+    allow, in the planner's own cost model, or None when there are too many."""
     graph = consumers.graph
     tensor_options = [sorted(writable(graph, t)[0], key=lambda s: s.value) for t in graph.tensors]
     groups, members = {}, []
@@ -63,7 +80,7 @@ def _synced(graph, storages, label):
 
 
 def plan_units(plan: ProducerInfo) -> int:
-    """A stage-3 plan's cost in the same units."""
+    """A stage-3 plan's cost in the planner's units."""
     storages = [c.storage for c in plan.choices]
     reads = []
     for tensor in plan.graph.tensors:
@@ -76,3 +93,108 @@ def plan_units(plan: ProducerInfo) -> int:
                 row.append(Storage.TEXTURE if is_texture_scope(scope) else Storage.BUFFER)
         reads.append(row)
     return cost.assignment_cost(plan.consumers, storages, reads)
+
+
+def _tensor_types(ty):
+    if isinstance(ty, relax.TensorType):
+        yield ty
+    elif isinstance(ty, relax.TupleType):
+        for field in ty.fields:
+            yield from _tensor_types(field)
+
+
+def _textures(ty):
+    """The tensors of a (tuple) type that live in a texture."""
+    return [t for t in _tensor_types(ty)
+            if t.vdevice is not None and is_texture_scope(t.vdevice.memory_scope)]
+
+
+def _bytes(ty: relax.TensorType) -> int:
+    return math.prod(int(d) for d in ty.shape.values) * tvm.DataType(str(ty.dtype)).bits // 8
+
+
+def realized_price(mod: tvm.IRModule, texture: TextureTarget) -> float:
+    """What an annotated module costs, read from its IR, in bytes-copied
+    equivalents: per ``to_vdevice`` the bytes it moves plus the profile's
+    launch price; less, per tensor a kernel reads from a texture, its bytes
+    times the kernel's read gain, and per tensor a kernel writes to one, its
+    bytes times the write gain (the profile's prices of the kernel's class).
+
+    Unlike :func:`texscope.planner.cost.plan_cost` it does not round to the
+    planner's units, nor share its code.
+    """
+    prices = texture.profile
+    total = 0.0
+    for _, binding in relax_bindings(mod):
+        call = binding.value
+        if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
+            continue
+        if call.op.name == "relax.to_vdevice":
+            total += _bytes(call.args[0].ty) + prices.copy_launch_bytes
+            continue
+        support = registry.support_for(call, mod)
+        for arg in dps_inputs(call):
+            total -= sum(prices.read_gain(support) * _bytes(t) for t in _textures(arg.ty))
+        total -= sum(prices.write_gain(support) * _bytes(t) for t in _textures(binding.var.ty))
+    return total
+
+
+@attrs.frozen
+class RealizedOptimum:
+    """The oracle's answer.
+
+    Attributes
+    ----------
+    price : float
+        The least :func:`realized_price` over the valid assignments.
+    tried : int
+        Assignments realized.
+    valid : int
+        Those :func:`check_invariants` accepted.
+    """
+
+    price: float
+    tried: int
+    valid: int
+
+
+def realized_optimum(mod: tvm.IRModule, texture: TextureTarget, function: str = "main",
+                     max_free: int = MAX_REALIZED) -> RealizedOptimum | None:
+    """The cheapest valid annotation of ``function`` in ``mod`` (stage 1's
+    output), by trying them all; None when there are more than ``2**max_free``.
+
+    Every tensor that fits a texture flavour on the target is tried in a
+    buffer and in a texture, and every kernel operand reading it in either
+    (a tensor that fits none is a buffer: a texture of it breaks an
+    invariant anyway).  Each assignment is written in by
+    :func:`texscope.define_vdevice.define_vdevice` and
+    :func:`texscope.cleanup.Cleanup`, as the pipeline does; what the
+    registry allows is left to :func:`check_invariants`.
+    """
+    consumers = collect_consumer(mod, function, texture)
+    graph = consumers.graph
+    free = [t.index for t in graph.tensors if t.fit.scope is not None]
+    slots = [(t, position) for t in free
+             for position, demand in enumerate(consumers.demands[t]) if demand.call is not None]
+    if len(free) + len(slots) > max_free:
+        return None
+    both = (Storage.BUFFER, Storage.TEXTURE)
+    best, tried, valid = None, 0, 0
+    for written in itertools.product(both, repeat=len(free)):
+        storages = [Storage.BUFFER] * len(graph.tensors)
+        for tensor, storage in zip(free, written):
+            storages[tensor] = storage
+        for read in itertools.product(both, repeat=len(slots)):
+            # The return is no kernel: it reads what is written.
+            reads = [[storages[t.index]] * len(consumers.demands[t.index]) for t in graph.tensors]
+            for (tensor, position), storage in zip(slots, read):
+                reads[tensor][position] = storage
+            plan = plan_of(consumers, storages, reads, "exhaustive")
+            annotated = Cleanup()(define_vdevice(mod, {function: plan}, texture))
+            tried += 1
+            if check_invariants(annotated, texture.target):
+                continue
+            valid += 1
+            price = realized_price(annotated, texture)
+            best = price if best is None or price < best else best
+    return RealizedOptimum(best, tried, valid)

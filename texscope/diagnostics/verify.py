@@ -15,14 +15,14 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..rewrites.legalize import PACKED_CONV
+from ..rewrites.legalize import packed_legalizations
 from ..knowledge import registry
 from ..errors import TexscopeError
 from .numerics import Comparison, compare  # noqa: F401  (verify's API)
-from ..ir.graph import DPS_OPS, annotated_functions, dps_inputs
-from ..ir.rebuild import Constant, Rebuilder, replace_functions, with_vdevice
+from ..ir.graph import DPS_OPS, Constant, annotated_functions, dps_inputs, relax_bindings, static_shape
+from ..ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from ..knowledge.registry import Storage
-from ..knowledge.targets import FLAVOUR_AXES, TextureTarget, is_texture_scope, texture_target
+from ..knowledge.targets import TextureTarget, is_texture_scope, texture_target
 
 MOVES = frozenset({"relax.to_vdevice", "relax.hint_on_device"})
 
@@ -51,23 +51,6 @@ def _scope(ty: relax.TensorType) -> str | None:
     return None if ty.vdevice is None else str(ty.vdevice.memory_scope)
 
 
-def _flavour_fits(texture: TextureTarget, ty: relax.TensorType, flavour: str) -> str | None:
-    """Why a texture of this type and flavour is impossible, or None."""
-    shape = ty.shape.values if isinstance(ty.shape, relax.ShapeExpr) else None
-    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
-        return "a texture needs a static shape"
-    dims = [int(d) for d in shape]
-    if len(dims) != 5 or dims[-1] != 4:
-        return f"a texture needs a 5-D shape with inner axis 4, not {dims}"
-    if flavour not in FLAVOUR_AXES:
-        return f"unknown texture flavour {flavour}"
-    extents = [int(np.prod([dims[a] for a in group])) for group in FLAVOUR_AXES[flavour]]
-    limits = [texture.depth_limit, texture.spatial_limit, texture.spatial_limit]
-    if any(e > lim for e, lim in zip(extents, limits)):
-        return f"{flavour} of {extents[0]}x{extents[1]}x{extents[2]} texels exceeds the limits"
-    return None
-
-
 class _Checker:
     def __init__(self, mod: tvm.IRModule, texture: TextureTarget):
         self.mod = mod
@@ -87,8 +70,10 @@ class _Checker:
             if tensor.vdevice.__chandle__() not in self.listed:
                 self.flag(name, f"VDevice {_scope(tensor)} is not listed in global_infos")
             scope = _scope(tensor)
-            if is_texture_scope(scope) and (why := _flavour_fits(self.texture, tensor, scope)):
-                self.flag(name, why)
+            if is_texture_scope(scope):
+                fit = self.texture.fit_as(static_shape(tensor), str(tensor.dtype), scope)
+                if fit.scope is None:
+                    self.flag(name, f"cannot be a texture: {fit.reason}")
 
     def check_call(self, name: str, call: relax.Call, var_ty) -> None:
         if isinstance(call.op, relax.GlobalVar):
@@ -103,13 +88,40 @@ class _Checker:
         if written != [_scope(t) for t in _tensor_types(var_ty)]:
             self.flag(name, f"bound as {var_ty} but the call writes {declared}")
         support = registry.support_for(call, self.mod)
-        for field, scope in enumerate(written):
-            if is_texture_scope(scope) and Storage.TEXTURE not in support.output(field):
-                self.flag(name, f"{support.name} cannot write a texture (output {field})")
+        for field, tensor in enumerate(_tensor_types(declared)):
+            if (why := self.storage_refused(tensor, support.output(field))):
+                self.flag(name, f"{support.name} cannot write a {why} (output {field})")
         for operand, arg in enumerate(dps_inputs(call)):
             for tensor in _tensor_types(arg.ty):
-                if is_texture_scope(_scope(tensor)) and Storage.TEXTURE not in support.input(operand):
-                    self.flag(name, f"{support.name} cannot read a texture (operand {operand})")
+                if (why := self.storage_refused(tensor, support.input(operand))):
+                    self.flag(name, f"{support.name} cannot read a {why} (operand {operand})")
+        self.check_sync(name, support, call, written)
+
+    def storage_refused(self, tensor: relax.TensorType, accepted: frozenset) -> str | None:
+        """``"texture"`` or ``"buffer"`` where ``tensor`` is stored as a kernel
+        does not accept, else None.  A buffer is refused only to a tensor that
+        fits a texture: for the others it is every kernel's fallback."""
+        if is_texture_scope(_scope(tensor)):
+            return None if Storage.TEXTURE in accepted else "texture"
+        if Storage.BUFFER in accepted:
+            return None
+        fit = self.texture.fit(static_shape(tensor), str(tensor.dtype))
+        return None if fit.scope is None else "buffer"
+
+    def check_sync(self, name: str, support, call: relax.Call, written: list) -> None:
+        """The entry's sync rules: which of the kernel's tensors share a storage."""
+        sync = support.sync_rules()
+        inputs = [is_texture_scope(_scope(arg.ty)) if isinstance(arg.ty, relax.TensorType)
+                  else None for arg in dps_inputs(call)]
+        outputs = [is_texture_scope(scope) for scope in written]
+        if "inputs" in sync and len({i for i in inputs if i is not None}) > 1:
+            self.flag(name, f"{support.name} must read all its inputs in one storage")
+        if "outputs" in sync and len(set(outputs)) > 1:
+            self.flag(name, f"{support.name} must write all its outputs in one storage")
+        if "primary" in sync and inputs and inputs[0] is not None and outputs \
+                and inputs[0] != outputs[0]:
+            self.flag(name, f"{support.name} must write its first output in the storage "
+                      "it reads its first input in")
 
     def run(self) -> list[Violation]:
         for gvar in annotated_functions(self.mod):
@@ -117,12 +129,13 @@ class _Checker:
             func = self.mod[gvar]
             for param in func.params:
                 self.check_type(param.name, param.ty)
-            for block in func.body.blocks:
-                for binding in block.bindings:
-                    name = binding.var.name
-                    self.check_type(name, binding.var.ty)
-                    if isinstance(binding.value, relax.Call):
-                        self.check_call(name, binding.value, binding.var.ty)
+            for _, binding in relax_bindings(self.mod, [gvar]):
+                name = binding.var.name
+                self.check_type(name, binding.var.ty)
+                if isinstance(binding.value, relax.Call):
+                    self.check_call(name, binding.value, binding.var.ty)
+            if any(is_texture_scope(_scope(t)) for t in _tensor_types(func.body.body.ty)):
+                self.flag("return", "returns a texture; a function returns buffers")
         return self.violations
 
 
@@ -133,8 +146,10 @@ def check_invariants(mod: tvm.IRModule, target) -> list[Violation]:
     tuple field) has a VDevice listed in ``global_infos["vdevice"]``; every
     texture is 5-D with inner axis 4, static, and within the limits of its
     flavour; every call has ``ty_args`` with a VDevice, and its result is
-    bound with the scopes it writes; no kernel reads or writes a texture the
-    registry says it cannot.  A tensor read in another scope than written
+    bound with the scopes it writes; no kernel reads or writes a storage the
+    registry says it cannot (a buffer is refused only to a tensor that fits a
+    texture), or breaks its entry's sync rules; the function returns
+    buffers.  A tensor read in another scope than written
     goes through ``to_vdevice``, which the IR's own typing enforces.
     """
     return _Checker(mod, texture_target(target)).run()
@@ -190,7 +205,7 @@ def _run_on_cpu(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]
         # The default legalization leaves packed convs to texscope's compute,
         # which is target-independent.
         mod = relax.transform.LegalizeOps()(mod)
-        mod = relax.transform.LegalizeOps(PACKED_CONV)(mod)
+        mod = relax.transform.LegalizeOps(packed_legalizations())(mod)
     executable = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(executable, tvm.cpu())
     result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
@@ -238,15 +253,14 @@ def parameter_roles(mod: tvm.IRModule) -> dict[relax.Var, tuple[str, str]]:
     table above, its role and that operator."""
     roles = {}
     params = set(mod["main"].params)
-    for block in mod["main"].body.blocks:
-        for binding in block.bindings:
-            call = binding.value
-            if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
-                continue
-            for operand, arg in enumerate(call.args):
-                role = _ROLES.get((call.op.name, operand))
-                if role is not None and arg in params:
-                    roles.setdefault(arg, (role, call.op.name))
+    for _, binding in relax_bindings(mod, [mod.get_global_var("main")]):
+        call = binding.value
+        if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
+            continue
+        for operand, arg in enumerate(call.args):
+            role = _ROLES.get((call.op.name, operand))
+            if role is not None and arg in params:
+                roles.setdefault(arg, (role, call.op.name))
     return roles
 
 

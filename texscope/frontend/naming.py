@@ -19,7 +19,7 @@ from tvm import relax
 
 from ..convert_layout import ConvertToPackedLayout
 from ..errors import TexscopeError
-from ..ir.graph import dps_inputs
+from ..ir.graph import dps_inputs, relax_bindings
 
 _MARKER = re.compile(r"__texscope_(\d+)__")
 # Prefixes and numbering TVM gives the PrimFuncs it legalizes to.
@@ -28,12 +28,6 @@ _KERNEL_NAME = re.compile(r"^(?:te_|tir_)?(.*?)\d*$")
 
 def _relax_functions(mod: tvm.IRModule):
     return [(g, f) for g, f in mod.functions.items() if isinstance(f, relax.Function)]
-
-
-def _binding_vars(func: relax.Function):
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            yield binding
 
 
 def _renamed(func: relax.Function, names: dict) -> relax.Function:
@@ -55,7 +49,7 @@ def mark_names(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     functions = dict(mod.functions)
     for gvar, func in _relax_functions(mod):
         names = {}
-        for var in [*func.params, *(b.var for b in _binding_vars(func))]:
+        for var in [*func.params, *(b.var for _, b in relax_bindings(mod, [gvar]))]:
             names[var] = f"__texscope_{len(originals)}__"
             originals.append(var.name)
         functions[gvar] = _renamed(func, names)
@@ -98,14 +92,14 @@ def restore_names(mod: tvm.IRModule, originals: list[str]) -> tvm.IRModule:
     ``<model tensor>_<operation>``; every name unique within its function."""
     functions = dict(mod.functions)
     for gvar, func in _relax_functions(mod):
-        variables = [*func.params, *(b.var for b in _binding_vars(func))]
+        variables = [*func.params, *(b.var for _, b in relax_bindings(mod, [gvar]))]
         marked = {v: int(m.group(1)) for v in variables if (m := _MARKER.fullmatch(v.name))}
         taken: set = set()
         names, root = {}, {}
         for var in variables:  # the model's names first: temporaries never take one
             if var in marked:
                 names[var] = root[var] = _unique(originals[marked[var]], taken)
-        for binding in _binding_vars(func):
+        for _, binding in relax_bindings(mod, [gvar]):
             var = binding.var
             if var in names:
                 continue

@@ -17,6 +17,7 @@ from ..errors import TexscopeError
 from ..knowledge.registry import OpSupport
 from ..knowledge.targets import TextureFit, TextureTarget
 
+# A Relax constant (TVM 0.27's name for it); the one alias the package uses.
 Constant = tvm.ir.expr.GenericConst
 
 # Calls in destination-passing style: (callee, (inputs...), ...) -> ty_args[0].
@@ -96,9 +97,6 @@ class FunctionGraph:
         Every call binding, in order.
     returned : tuple of int
         Tensors the function returns.
-    params_are_buffers : bool
-        True when other Relax functions call this one: its signature is then
-        fixed to buffers.
     params : tuple
         Per parameter, its tensor index (a tuple of them for a tuple
         parameter, None for a non-tensor).
@@ -110,7 +108,6 @@ class FunctionGraph:
     tensors: tuple[Tensor, ...]
     calls: tuple[CallSite, ...]
     returned: tuple[int, ...]
-    params_are_buffers: bool
     params: tuple[object, ...] = ()
     constants: dict = attrs.field(factory=dict, eq=False)
     texture: TextureTarget | None = attrs.field(default=None, eq=False)
@@ -128,17 +125,21 @@ class FunctionGraph:
         raise KeyError(name)
 
 
-def static_shape(ty: relax.TensorType) -> tuple[int, ...] | None:
-    """The static shape of a tensor type; None if symbolic or unknown."""
-    shape = ty.shape
-    if shape is None or not isinstance(shape, relax.ShapeExpr):
+def static_dims(dims) -> tuple[int, ...] | None:
+    """A shape's dimensions (Relax or TIR expressions) as integers; None if
+    any is symbolic.  The one test of "static" every module uses."""
+    dims = list(dims)
+    if not all(isinstance(dim, tvm.tirx.IntImm) for dim in dims):
         return None
-    dims = []
-    for dim in shape.values:
-        if not isinstance(dim, tvm.tirx.IntImm):
-            return None
-        dims.append(int(dim.value))
-    return tuple(dims)
+    return tuple(int(dim.value) for dim in dims)
+
+
+def static_shape(ty) -> tuple[int, ...] | None:
+    """The static shape of a tensor type; None if symbolic, unknown, or not a
+    tensor type."""
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    return static_dims(ty.shape.values)
 
 
 def dps_inputs(call: relax.Call) -> list[relax.Expr]:
@@ -149,12 +150,10 @@ def dps_inputs(call: relax.Call) -> list[relax.Expr]:
 
 
 class _Builder:
-    def __init__(self, mod: tvm.IRModule, gvar: relax.GlobalVar, texture: TextureTarget,
-                 params_are_buffers: bool):
+    def __init__(self, mod: tvm.IRModule, gvar: relax.GlobalVar, texture: TextureTarget):
         self.mod = mod
         self.function = gvar.name_hint
         self.texture = texture
-        self.params_are_buffers = params_are_buffers
         self.tensors: list[Tensor] = []
         self.calls: list[CallSite] = []
         # Var -> tensor index, or a tuple (nested) of those for tuple values.
@@ -249,7 +248,6 @@ class _Builder:
             tensors=tuple(self.tensors),
             calls=tuple(self.calls),
             returned=tuple(_flatten(returned)),
-            params_are_buffers=self.params_are_buffers,
             params=tuple(params),
             constants=dict(self.constant_of),
             texture=self.texture,
@@ -265,29 +263,20 @@ def _flatten(value: object):
             yield from _flatten(field)
 
 
-def build_graph(
-    mod: tvm.IRModule, gvar: relax.GlobalVar, texture: TextureTarget, params_are_buffers: bool
-) -> FunctionGraph:
+def build_graph(mod: tvm.IRModule, gvar: relax.GlobalVar, texture: TextureTarget) -> FunctionGraph:
     """Build the dataflow graph of one Relax function."""
-    return _Builder(mod, gvar, texture, params_are_buffers).build(mod[gvar])
+    return _Builder(mod, gvar, texture).build(mod[gvar])
 
 
-def relax_bindings(mod: tvm.IRModule):
-    """Every binding of every Relax function, as (function's GlobalVar, binding)."""
-    for gvar, func in mod.functions.items():
+def relax_bindings(mod: tvm.IRModule, functions=None):
+    """Every binding of every Relax function (or of the GlobalVars in
+    ``functions``), as (function's GlobalVar, binding), in program order."""
+    for gvar in mod.functions if functions is None else functions:
+        func = mod[gvar]
         if isinstance(func, relax.Function):
             for block in func.body.blocks:
                 for binding in block.bindings:
                     yield gvar, binding
-
-
-def called_functions(mod: tvm.IRModule) -> set[str]:
-    """Names of the Relax functions that other Relax functions call."""
-    return {
-        binding.value.op.name_hint for _, binding in relax_bindings(mod)
-        if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, relax.GlobalVar)
-        and isinstance(mod[binding.value.op], relax.Function)
-    }
 
 
 def require_shapes(mod: tvm.IRModule) -> None:
@@ -295,24 +284,19 @@ def require_shapes(mod: tvm.IRModule) -> None:
 
     (A shape-less tensor may exist, e.g. as the input of ``R.match_cast``.)
     """
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, relax.Function):
+    for gvar, binding in relax_bindings(mod):
+        if not isinstance(binding.value, relax.Call):
             continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                if not isinstance(binding.value, relax.Call):
-                    continue
-                operands = [*dps_inputs(binding.value), binding.var]
-                for expr in operands:
-                    ty = expr.ty
-                    if isinstance(ty, relax.TensorType) and not isinstance(ty.shape, relax.ShapeExpr):
-                        name = expr.name if isinstance(expr, relax.Var) else binding.var.name
-                        raise TexscopeError(
-                            "tensor has no known shape; texscope needs shapes (run the "
-                            "frontend with shapes, or R.match_cast to a shape)",
-                            gvar.name_hint,
-                            name,
-                        )
+        for expr in [*dps_inputs(binding.value), binding.var]:
+            ty = expr.ty
+            if isinstance(ty, relax.TensorType) and not isinstance(ty.shape, relax.ShapeExpr):
+                name = expr.name if isinstance(expr, relax.Var) else binding.var.name
+                raise TexscopeError(
+                    "tensor has no known shape; texscope needs shapes (run the "
+                    "frontend with shapes, or R.match_cast to a shape)",
+                    gvar.name_hint,
+                    name,
+                )
 
 
 def annotated_functions(mod: tvm.IRModule) -> list[relax.GlobalVar]:

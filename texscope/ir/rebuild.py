@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import rewrite_call
 
-Constant = tvm.ir.expr.GenericConst
+from .graph import Constant
 
 
 class Rebuilder:

@@ -186,10 +186,16 @@ def schedule_rules(func: tvm.tirx.PrimFunc) -> set[str]:
 
 @attrs.frozen
 class ScheduleRuleKey:
-    """Matches a ``call_tir`` of an unrecorded PrimFunc with a block tagged
-    with one of ``rules``: a pool legalized before texscope saw it."""
+    """Matches a ``call_tir`` of a PrimFunc with a block tagged with one of
+    ``rules`` (TOPI tags its pools so, whoever legalized them).
+
+    ``ops`` names the Relax operators whose legalizations carry those tags:
+    not used to match, it says which operators the entry describes
+    (``texscope ops``, the coverage tests).
+    """
 
     rules: frozenset = attrs.field(converter=frozenset)
+    ops: tuple[str, ...] = ()
 
     def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
         if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
@@ -198,11 +204,43 @@ class ScheduleRuleKey:
         # Walking the TIR is the costly part: only reductions can be pools.
         return (isinstance(func, tvm.tirx.PrimFunc)
                 and op_pattern_of(call, mod) in (PATTERN_COMM_REDUCE, PATTERN_OUT_ELEMWISE_FUSABLE)
-                and not (func.attrs and OP_RECORD_ATTR in func.attrs)
                 and bool(schedule_rules(func) & self.rules))
 
     def describe(self) -> str:
-        return "call_tir(block tagged " + " or ".join(sorted(self.rules)) + ")"
+        described = f" ({', '.join(self.ops)})" if self.ops else ""
+        return "call_tir(block tagged " + " or ".join(sorted(self.rules)) + ")" + described
+
+
+@attrs.frozen
+class ChannelPadding:
+    """How stage 1 zero-pads an operator's channels to whole texels, so that
+    it packs although its channel counts are not multiples of 4
+    (:mod:`texscope.rewrites.pad_channels` does it).
+
+    The operator reads its data as operand 0 and its kernel as operand 1.
+    Ungrouped, it gets zero input channels in both and zero output channels
+    in the kernel, which a slice of the result drops; grouped, whole zero
+    groups are appended (and the group count raised).
+
+    Parameters
+    ----------
+    layout_attrs : (str, str, str)
+        The attributes naming the data, kernel and output layouts (an empty
+        output layout is the data's).  Only plain layouts (upper-case axis
+        letters, each once) are padded.
+    channel : str
+        The channel axis letter of the data and output layouts.
+    kernel_out, kernel_in : str
+        The kernel's output- and input-channel axis letters.
+    groups : str
+        The attribute holding the group count.
+    """
+
+    layout_attrs: tuple[str, str, str]
+    channel: str = "C"
+    kernel_out: str = "O"
+    kernel_in: str = "I"
+    groups: str = "groups"
 
 
 @attrs.frozen
@@ -213,9 +251,8 @@ class OpSupport:
     ----------
     name : str
         A short label used in reports.
-    key : OpKey, PatternKey, DataMovementKey, ScheduleRuleKey or None
-        Which calls the entry describes; None for entries the stages use
-        directly rather than look up.
+    key : OpKey, PatternKey, DataMovementKey or ScheduleRuleKey
+        Which calls the entry describes.
     inputs : tuple of frozenset of Storage
         Accepted storages per tensor operand; the last one repeats for any
         further operands.
@@ -257,6 +294,13 @@ class OpSupport:
         in the build, and its type inference honours a VDevice in
         ``ty_args``); otherwise stage 1 legalizes it and records its
         attributes on the PrimFunc (see :func:`recorded_op`).
+    legalization : str
+        For a kept operator, the name of texscope's legalization of it (in
+        :data:`texscope.rewrites.legalize.LEGALIZATIONS`), which the build
+        runs in place of TVM's; empty for TVM's own.
+    channel_padding : ChannelPadding, optional
+        How stage 1 pads the operator's channels to multiples of 4 so that
+        it packs.
     note : str
         Why the entry says what it says.
 
@@ -268,7 +312,7 @@ class OpSupport:
     """
 
     name: str
-    key: OpKey | PatternKey | DataMovementKey | None
+    key: OpKey | PatternKey | DataMovementKey | ScheduleRuleKey
     inputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     outputs: tuple[frozenset, ...] = attrs.field(converter=_repsets)
     desired_layouts: tuple[str, ...] | None = None
@@ -279,6 +323,8 @@ class OpSupport:
     texture_write_gain: float = 0.0
     sync: frozenset | None = None
     keep_unlegalized: bool = False
+    legalization: str = ""
+    channel_padding: ChannelPadding | None = None
     note: str = ""
 
     def sync_rules(self) -> frozenset:
@@ -317,8 +363,6 @@ OPAQUE = OpSupport(
     note="no texture kernel is known for it: buffers only",
 )
 
-# What a pool's kernel accepts, whether texscope or TVM legalized it.
-_POOL = dict(inputs=(ANY,), outputs=(ANY,), cost_class="pool", sync=NO_SYNC)
 # And a layout transform's.  (The default profiles price a texture read by an
 # unpack slightly negative: a tensor that is only unpacked stays a buffer, as
 # the design's example has it, while an unpack still reads a texture that
@@ -340,6 +384,8 @@ _PACKED_CONV = dict(
     layout_attrs=("data_layout", "kernel_layout", "out_layout"),
     sync=NO_SYNC,
     keep_unlegalized=True,
+    # TVM's Adreno legalization divides by zero on grouped packed convs.
+    legalization="conv2d_nchwc",
 )
 _PACKED_LAYOUTS = {"data_layout": "NCHW4c", "kernel_layout": "OIHW4o"}
 
@@ -397,6 +443,9 @@ BUILTIN: tuple[OpSupport, ...] = (
         outputs=(BUFFER,),
         sync=NO_SYNC,
         keep_unlegalized=True,
+        # What a plain conv is before stage 1 packs it: its channels are
+        # padded first, so that it can.
+        channel_padding=ChannelPadding(("data_layout", "kernel_layout", "out_layout")),
         note="a conv left in a plain layout (stage 1 pads and packs every conv of "
         "static shape): TVM's generic kernel reads buffers",
     ),
@@ -432,22 +481,21 @@ BUILTIN: tuple[OpSupport, ...] = (
         note="packs channels into whole texels on write; reads either",
         **_LAYOUT_TRANSFORM,
     ),
-    *(
-        OpSupport(
-            name=f"{op.rsplit('.', 1)[1]}_nchw4c",
-            key=OpKey(op, {"layout": "NCHW4c"}),
-            note="reads and writes whole texels (texscope's TexelWriter schedule keeps "
-            "four lanes of accumulator)",
-            **_POOL,
-        )
-        for op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
-    ),
     OpSupport(
-        name="pool_legalized",
-        key=ScheduleRuleKey({"meta_schedule.pool_max", "meta_schedule.pool_avg"}),
-        note="a pool legalized before texscope saw it (upstream's stage 1): as the "
-        "NCHW4c pools",
-        **_POOL,
+        name="pool",
+        # TOPI tags every pool's block, whoever legalized it (texscope's stage
+        # 1 or upstream's): one entry for all.  A pool whose tensors are not
+        # packed 5-D reads and writes buffers anyway (they fit no texture).
+        key=ScheduleRuleKey({"meta_schedule.pool_max", "meta_schedule.pool_avg",
+                             "meta_schedule.adaptive_pool_avg"},
+                            ops=("relax.nn.max_pool2d", "relax.nn.avg_pool2d",
+                                 "relax.nn.adaptive_avg_pool2d")),
+        inputs=(ANY,),
+        outputs=(ANY,),
+        cost_class="pool",
+        sync=NO_SYNC,
+        note="reads and writes whole texels (texscope's TexelWriter schedule keeps "
+        "four lanes of accumulator)",
     ),
     OpSupport(
         name="layer_norm",
@@ -496,22 +544,15 @@ def entries() -> tuple[OpSupport, ...]:
     return (*_user_entries, *BUILTIN, OPAQUE)
 
 
-FUNCTION_CALL = OpSupport(
-    name="relax_function_call",
-    key=None,
-    inputs=(BUFFER,),
-    outputs=(BUFFER,),
-    sync=NO_SYNC,
-    note="a call between Relax functions passes buffers",
-)
-
-
 def support_for(call: relax.Call, mod: tvm.IRModule) -> OpSupport:
-    """The entry describing a call: the first that matches, else the opaque fallback."""
-    if isinstance(call.op, relax.GlobalVar):
-        return FUNCTION_CALL
+    """The entry describing a call: the first that matches, else the opaque fallback.
+
+    (A direct call of a GlobalVar matches no operator and no ``call_tir``
+    pattern: it is opaque, buffers in and out.  The pipeline inlines or
+    refuses calls between Relax functions before it asks.)
+    """
     for entry in entries():
-        if entry.key is not None and entry.key.matches(call, mod):
+        if entry.key.matches(call, mod):
             return entry
     return OPAQUE
 
@@ -523,6 +564,25 @@ def _op_entries():
 def kept_ops() -> list[str]:
     """Relax operators stage 1 leaves unlegalized."""
     return sorted({e.key.op for e in _op_entries() if e.keep_unlegalized})
+
+
+def packed_legalizations() -> dict[str, str]:
+    """Kept operators with a texscope legalization: operator to its name
+    (the first entry naming one wins)."""
+    found: dict[str, str] = {}
+    for e in _op_entries():
+        if e.keep_unlegalized and e.legalization:
+            found.setdefault(e.key.op, e.legalization)
+    return found
+
+
+def channel_paddings() -> dict[str, ChannelPadding]:
+    """Operators whose channels stage 1 pads, and how (the first entry wins)."""
+    found: dict[str, ChannelPadding] = {}
+    for e in _op_entries():
+        if e.channel_padding is not None:
+            found.setdefault(e.key.op, e.channel_padding)
+    return found
 
 
 def recorded_attrs() -> dict[str, list[str]]:

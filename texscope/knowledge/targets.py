@@ -98,29 +98,47 @@ class TextureTarget:
     def device(self) -> tvm.runtime.Device:
         return tvm.device(self.kind, 0)
 
-    def fit(self, shape: tuple[int, ...] | None, dtype: str) -> TextureFit:
-        """Decide whether a tensor of this shape and dtype can be a texture."""
+    def _not_texel_data(self, shape: tuple[int, ...] | None, dtype: str) -> str | None:
+        """Why no flavour can hold this tensor, whatever the limits; or None."""
         if shape is None:
-            return TextureFit(None, "shape is not static")
+            return "shape is not static"
         if not is_packed_texel_shape(shape):
-            return TextureFit(None, f"shape {list(shape)} is not 5-D packed with inner axis 4")
+            return f"shape {list(shape)} is not 5-D packed with inner axis 4"
         if dtype not in self.preset.texel_dtypes:
-            return TextureFit(None, f"dtype {dtype} is not a texel type")
+            return f"dtype {dtype} is not a texel type"
+        return None
+
+    def _within_limits(self, shape: tuple[int, ...], flavour: str) -> TextureFit:
+        layers, height, width = image_extent(shape, flavour)
+        if layers <= self.depth_limit and height <= self.spatial_limit \
+                and width <= self.spatial_limit:
+            return TextureFit(flavour, f"fits {flavour} as {layers} x {height} x {width} texels")
+        return TextureFit(None, f"{flavour} of {layers} x {height} x {width} texels exceeds the "
+                          f"limits (spatial {self.spatial_limit}, depth {self.depth_limit})")
+
+    def fit(self, shape: tuple[int, ...] | None, dtype: str) -> TextureFit:
+        """Decide whether a tensor of this shape and dtype can be a texture:
+        the first of the preset's flavours it fits."""
+        if (why := self._not_texel_data(shape, dtype)) is not None:
+            return TextureFit(None, why)
         for flavour in self.preset.flavours:
-            layers, height, width = image_extent(shape, flavour)
-            if (
-                layers <= self.depth_limit
-                and height <= self.spatial_limit
-                and width <= self.spatial_limit
-            ):
-                return TextureFit(
-                    flavour, f"fits {flavour} as {layers} x {height} x {width} texels"
-                )
+            found = self._within_limits(shape, flavour)
+            if found.scope is not None:
+                return found
         return TextureFit(
             None,
             f"shape {list(shape)} exceeds the texture limits "
             f"(spatial {self.spatial_limit}, depth {self.depth_limit})",
         )
+
+    def fit_as(self, shape: tuple[int, ...] | None, dtype: str, flavour: str) -> TextureFit:
+        """Whether a tensor of this shape and dtype fits a texture of one
+        given flavour (``check_invariants`` asks it of an annotated scope)."""
+        if (why := self._not_texel_data(shape, dtype)) is not None:
+            return TextureFit(None, why)
+        if flavour not in FLAVOUR_AXES:
+            return TextureFit(None, f"unknown texture flavour {flavour}")
+        return self._within_limits(shape, flavour)
 
 
 # Targets by short name. TVM's OpenCL target kind defaults its texture limits to
@@ -145,11 +163,14 @@ def make_target(spec: tvm.target.Target | str | dict) -> tvm.target.Target:
     spec = TARGET_PRESETS.get(spec, spec) if isinstance(spec, str) else spec
     try:
         return tvm.target.Target(spec)
-    except Exception as err:  # TVM raises several error types for bad specs
+    except ValueError as err:
+        # What TVM raises for any spec it cannot make a target of (an unknown
+        # kind or tag, bad JSON, an option of the wrong type); anything else is
+        # a bug and propagates.  The cause stays chained for a traceback.
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TexscopeError(
             f"unknown target {spec!r} ({first}); use a preset ({', '.join(TARGET_PRESETS)}), "
-            "a TVM tag such as 'qcom/adreno-opencl-texture', or target JSON") from None
+            "a TVM tag such as 'qcom/adreno-opencl-texture', or target JSON") from err
 
 
 def texture_target(target: tvm.target.Target | str | dict, profile=None) -> TextureTarget:

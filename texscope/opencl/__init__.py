@@ -22,6 +22,7 @@ _EXPORTS = {
     "device_target": "source",
     "image_misuse": "source",
     "plan_of": "executor",
+    "repeated_texel_stores": "source",
     "run": "executor",
 }
 

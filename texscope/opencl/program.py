@@ -20,7 +20,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import TexscopeError
-from ..ir.rebuild import Constant as RelaxConstant
+from ..ir.graph import Constant as RelaxConstant
 from ..knowledge.scopes import BUFFER_SCOPE
 from .plan import TensorSpec
 from .tir_sizes import size_text

@@ -140,3 +140,46 @@ def image_misuse(source: str) -> list[str]:
                     line = body[: use.end()].rsplit("\n", 1)[-1].strip()
                     problems.append(f"{name}: {image} used as `{line}`")
     return problems
+
+
+_LOOP = re.compile(r"for \(int (\w+) = [^;]*;[^;]*;[^)]*\) \{")
+
+
+def _arguments(source: str, open_paren: int) -> list[str]:
+    """The top-level arguments of the call whose ``(`` is at ``open_paren``."""
+    depth, start, args = 0, open_paren + 1, []
+    for i in range(open_paren, len(source)):
+        depth += {"(": 1, ")": -1}.get(source[i], 0)
+        if depth == 1 and source[i] == ",":
+            args.append(source[start:i].strip())
+            start = i + 1
+        if depth == 0:
+            args.append(source[start:i].strip())
+            return args
+    return args
+
+
+def repeated_texel_stores(source: str) -> list[str]:
+    """Image writes inside a loop whose variable their coordinate ignores.
+
+    Each iteration writes the same texel, so only the last one's value stays:
+    what a 4-lane texel store scalarized into one store per lane looks like
+    (TVM 0.27 without ``RetypeTextureStore``: every lane a broadcast).
+    """
+    problems = []
+    for name, body in kernel_bodies(source).items():
+        loops: list[tuple[int, str]] = []  # (brace depth inside the loop, variable)
+        depth = 0
+        for line in body.splitlines():
+            for store in re.finditer(r"\bwrite_image\w*\(", line):
+                coordinate = _arguments(line, store.end() - 1)[1]
+                ignored = [var for _, var in loops if not re.search(rf"\b{var}\b", coordinate)]
+                if ignored:
+                    problems.append(f"{name}: `{line.strip()}` repeats over {', '.join(ignored)}")
+            loop = _LOOP.search(line)
+            depth += line.count("{") - line.count("}")
+            if loop:
+                loops.append((depth, loop.group(1)))
+            while loops and depth < loops[-1][0]:
+                loops.pop()
+    return problems

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from ..knowledge import registry
-from ..ir.graph import dps_inputs, relax_bindings
+from ..ir.graph import dps_inputs, relax_bindings, static_shape
 from ..knowledge.registry import Storage
 from ..knowledge.targets import is_texture_scope, texture_target
 
@@ -93,11 +93,10 @@ class PlanCost:
 
 
 def _nbytes(ty) -> int:
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+    shape = static_shape(ty)
+    if shape is None:
         return 0
-    if not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
-        return 0
-    return math.prod(int(d) for d in ty.shape.values) * tvm.DataType(str(ty.dtype)).bits // 8
+    return math.prod(shape) * tvm.DataType(str(ty.dtype)).bits // 8
 
 
 def _in_texture(ty) -> bool:

@@ -16,6 +16,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
 from ..knowledge import registry
+from ..ir.graph import static_shape
 from ..ir.rebuild import rewrite_functions
 
 
@@ -24,19 +25,11 @@ def _rank(expr) -> int | None:
     return ty.ndim if isinstance(ty, relax.TensorType) and ty.ndim >= 0 else None
 
 
-def _static_shape(expr) -> list[int] | None:
-    shape = expr.ty.shape
-    if not isinstance(shape, relax.ShapeExpr) or not all(
-            isinstance(d, tvm.tirx.IntImm) for d in shape.values):
-        return None
-    return [int(d) for d in shape.values]
-
-
 def _lifted(operand, rank: int):
-    shape = _static_shape(operand)
+    shape = static_shape(operand.ty)
     if shape is None:
         return None
-    return relax.op.reshape(operand, [1] * (rank - len(shape)) + shape)
+    return relax.op.reshape(operand, [1] * (rank - len(shape)) + list(shape))
 
 
 def _expanded(call: relax.Call) -> relax.Expr | None:

@@ -17,14 +17,11 @@ from collections.abc import Callable
 import numpy as np
 from tvm import relax, tirx
 
+from ..ir.graph import static_shape
+
 
 def _static_shape(call: relax.Call) -> tuple[int, ...] | None:
-    shape = getattr(call.ty, "shape", None)
-    if not isinstance(shape, relax.ShapeExpr) or not all(
-        isinstance(d, tirx.IntImm) for d in shape.values
-    ):
-        return None
-    return tuple(int(d) for d in shape.values)
+    return static_shape(call.ty)
 
 
 def _reshaped(call: relax.Call, values: list[np.ndarray]) -> np.ndarray | None:

@@ -25,9 +25,9 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from ..ir.graph import Constant, static_shape
 from .constant_eval import evaluate
 
-Constant = tvm.ir.expr.GenericConst
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 _EVAL_TARGET = "llvm"  # where FoldConstant runs what it folds
 
@@ -37,11 +37,8 @@ def _is_call_tir(expr) -> bool:
 
 
 def _static_tensor(ty) -> tuple[tuple[int, ...], str] | None:
-    shape = getattr(ty, "shape", None)
-    if not isinstance(ty, relax.TensorType) or not isinstance(shape, relax.ShapeExpr) \
-            or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
-        return None
-    return tuple(int(d) for d in shape.values), str(ty.dtype)
+    shape = static_shape(ty)
+    return None if shape is None else (shape, str(ty.dtype))
 
 
 def _has_variable(expr) -> bool:

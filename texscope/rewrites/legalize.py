@@ -31,6 +31,7 @@ from tvm.topi.nn.utils import get_pad_tuple
 from tvm.topi.utils import get_const_tuple
 
 from ..ir.graph import relax_bindings, static_shape
+from ..knowledge import registry
 
 
 def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype,
@@ -101,11 +102,10 @@ def layout_transform_gather(bb: relax.BlockBuilder, call: relax.Call) -> relax.E
     already) or a shape is unknown; a symbolic size is fine.
     """
     data = call.args[0]
-    shape = data.ty.shape
     index_map = call.attrs.index_map
-    if not isinstance(shape, relax.ShapeExpr) or not isinstance(call.ty.shape, relax.ShapeExpr):
+    if not isinstance(data.ty.shape, relax.ShapeExpr) or not isinstance(call.ty.shape, relax.ShapeExpr):
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
-    inverse, padding = index_map.non_surjective_inverse(shape.values)
+    inverse, padding = index_map.non_surjective_inverse(data.ty.shape.values)
     if not (isinstance(padding, tvm.tirx.IntImm) and int(padding) == 0):
         return _DEFAULT_LAYOUT_TRANSFORM(bb, call)
     # Of symbolic size, Relax's extents: FuseTIR joins the gather's output
@@ -124,10 +124,17 @@ def layout_transform_gather(bb: relax.BlockBuilder, call: relax.Call) -> relax.E
 
 _DEFAULT_LAYOUT_TRANSFORM = tvm.ir.Op.get("relax.layout_transform").get_attr("FLegalize")
 
-# For LegalizeOps: packed convs once their layouts are NCHW4c/OIHW4o, and
-# operators texscope legalizes differently wherever they appear.
-PACKED_CONV = {"relax.nn.conv2d": conv2d_nchwc}
+# texscope's legalizations of kept operators, by the names the registry's
+# entries give them (OpSupport.legalization).
+LEGALIZATIONS = {"conv2d_nchwc": conv2d_nchwc}
+# Operators texscope legalizes differently wherever they appear.
 REPLACED = {"relax.layout_transform": layout_transform_gather}
+
+
+def packed_legalizations() -> dict:
+    """For LegalizeOps once the module is annotated: each kept operator the
+    registry gives a texscope legalization, to that legalization."""
+    return {op: LEGALIZATIONS[name] for op, name in registry.packed_legalizations().items()}
 
 
 def _signature(call: relax.Call) -> tuple:

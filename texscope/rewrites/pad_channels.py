@@ -1,18 +1,21 @@
-"""Zero channels so a conv whose channel counts are not multiples of 4 packs too.
+"""Zero channels so an operator whose channel counts are not multiples of 4 packs too.
 
 The RGB stem of a vision model has 3 input channels, and published mobile
 models have convs of 36 or 42 channels: ConvertLayout cannot pack those to
 NCHW4c, so they would read buffers.  Zero channels leave the result unchanged
 and make every operand packable:
 
-- an ungrouped conv gets zero input channels in its data and weights and
-  zero output channels (weights) that a slice then drops;
-- a grouped or depthwise conv gets whole zero groups appended (zero data
-  channels and zero weights for them), as many as make both channel counts
+- an ungrouped operator gets zero input channels in its data and kernel and
+  zero output channels (kernel) that a slice then drops;
+- a grouped or depthwise one gets whole zero groups appended (zero data
+  channels and zero kernels for them), as many as make both channel counts
   multiples of 4, and the slice drops their outputs.
 
-Any plain data, kernel and output layout (NCHW, NHWC, OIHW, HWIO, HWOI...)
-is handled through the positions of its ``C``, ``O`` and ``I`` axes.
+Which operators, where their layouts and group count are, and which axis
+letters name the channels is the registry's data
+(:class:`texscope.knowledge.registry.ChannelPadding`, on conv2d's entry):
+any plain data, kernel and output layout (NCHW, NHWC, OIHW, HWIO, HWOI...) is
+handled through the positions of those letters.
 """
 
 from __future__ import annotations
@@ -21,21 +24,15 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
+from ..ir.graph import static_shape
 from ..ir.rebuild import rewrite_functions
+from ..knowledge import registry
+from ..knowledge.registry import ChannelPadding
 from ..knowledge.targets import TEXEL_LANES
 
 
 def _round_up(n: int) -> int:
     return -(-n // TEXEL_LANES) * TEXEL_LANES
-
-
-def _static(expr) -> list[int] | None:
-    shape = expr.ty.shape
-    if not isinstance(shape, relax.ShapeExpr) or not all(
-        isinstance(d, tvm.tirx.IntImm) for d in shape.values
-    ):
-        return None
-    return [int(d) for d in shape.values]
 
 
 def _channels(expr, axis: int) -> int | None:
@@ -70,20 +67,31 @@ def _extra_groups(groups: int, in_per_group: int, out_per_group: int) -> int:
                 and (groups + k) * out_per_group % TEXEL_LANES == 0)
 
 
-def _padded(call: relax.Call) -> relax.Expr | None:
-    """The conv with padded channels, or None when it needs none."""
+def _with_attrs(attrs, **changed):
+    """A copy of an operator's attributes with some fields changed."""
+    info = type(attrs).__tvm_ffi_type_info__
+    fields = {f.name: getattr(attrs, f.name) for f in info.fields}
+    fields.update(changed)
+    return tvm.ir.make_node(info.type_key, **fields)
+
+
+def _padded(call: relax.Call, spec: ChannelPadding) -> relax.Expr | None:
+    """The call with padded channels, or None when it needs none."""
     attrs = call.attrs
-    data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
-    out_layout = str(attrs.out_layout) or data_layout
-    if not (_plain(data_layout, "C") and _plain(kernel_layout, "OI") and _plain(out_layout, "C")):
+    data_layout, kernel_layout, out_layout = (str(getattr(attrs, a)) for a in spec.layout_attrs)
+    out_layout = out_layout or data_layout
+    kernel_axes = spec.kernel_out + spec.kernel_in
+    if not (_plain(data_layout, spec.channel) and _plain(kernel_layout, kernel_axes)
+            and _plain(out_layout, spec.channel)):
         return None
-    data, weight = call.args
-    channel, out_axis, in_axis = (data_layout.index("C"), kernel_layout.index("O"),
-                                  kernel_layout.index("I"))
-    weight_shape = _static(weight)
+    data, weight = call.args[:2]
+    channel, out_axis, in_axis = (data_layout.index(spec.channel),
+                                  kernel_layout.index(spec.kernel_out),
+                                  kernel_layout.index(spec.kernel_in))
+    weight_shape = static_shape(weight.ty)
     if weight_shape is None or _channels(data, channel) is None:
         return None
-    groups = int(attrs.groups)
+    groups = int(getattr(attrs, spec.groups))
     out_channels, in_per_group = weight_shape[out_axis], weight_shape[in_axis]
     if groups == 1:
         pad_data = _round_up(in_per_group) - in_per_group
@@ -97,30 +105,31 @@ def _padded(call: relax.Call) -> relax.Expr | None:
     if pad_data:
         data = _pad_axes(data, {channel: pad_data})
     weight = _pad_axes(weight, pad_weight)
-    out = relax.op.nn.conv2d(
-        data, weight, strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation,
-        groups=groups if groups == 1 else groups + pad_data // in_per_group,
-        data_layout=data_layout, kernel_layout=kernel_layout, out_layout=out_layout,
-        out_dtype=attrs.out_dtype,
-    )
+    if groups != 1:
+        attrs = _with_attrs(attrs, **{spec.groups: groups + pad_data // in_per_group})
+    out = relax.Call(call.op, [data, weight, *call.args[2:]], attrs)
     if pad_weight[out_axis]:
-        out = relax.op.strided_slice(out, axes=[out_layout.index("C")], begin=[0],
+        out = relax.op.strided_slice(out, axes=[out_layout.index(spec.channel)], begin=[0],
                                      end=[out_channels])
     return out
 
 
 def PadChannels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
-    """Pad conv2d channels to multiples of 4 (see the module docstring)."""
-    pattern = is_op("relax.nn.conv2d")(wildcard(), wildcard())
-
-    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
-        # expr may be the variable the conv is bound to; the match is the call.
-        padded = _padded(matches[pattern])
-        return expr if padded is None else padded
+    """Pad channels to multiples of 4 where the registry says how (see the
+    module docstring)."""
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.PadChannels")
     def pad(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(mod, [(pattern, rewrite)]
-        )
+        rewrites = []
+        for op, spec in registry.channel_paddings().items():
+            pattern = is_op(op)(wildcard(), wildcard())
+
+            def rewrite(expr, matches, pattern=pattern, spec=spec):
+                # expr may be the variable the call is bound to; the match is the call.
+                padded = _padded(matches[pattern], spec)
+                return expr if padded is None else padded
+
+            rewrites.append((pattern, rewrite))
+        return rewrite_functions(mod, rewrites) if rewrites else mod
 
     return pad
