@@ -3,14 +3,28 @@
 Read from ``main`` after TVM's memory planning and ``KillAfterLastUse``
 (the module :class:`MemoryCapture` keeps): the VM allocates each
 ``memory.alloc_storage`` when it reaches it, ``prod(shape)`` bytes whatever
-its dtype (as measured: a float32 storage of shape ``[2**28]`` grows the
-process by 256 MiB), and frees it at its ``memory.kill_storage``; parameters and constants live throughout.  The peak
-is the most bytes live at once along main's bindings.  A storage counts as
-an image when a texture-scoped tensor lives in it.
+its dtype (``LowerRuntimeBuiltin`` hands the VM a ``uint8`` storage; as
+measured: a float32 storage of shape ``[2**28]`` grows the process by 256
+MiB), and frees it at its ``memory.kill_storage``; parameters and constants
+live throughout.  The peak is the most bytes live at once along main's
+bindings.  A storage counts as an image when a texture-scoped tensor lives
+in it: the OpenCL runtime allocates the storage as a buffer (TVM's
+``DeviceScopeCompatibility.opencl`` makes every Adreno storage ``global``)
+and views it as an image (``cl_khr_image2d_from_buffer``), whose rows start
+at multiples of the target's ``image_base_address_alignment``.
 
-TVM 0.27's planner sizes a storage that holds textures at four times the
-bytes of its largest tensor (buffers' storages are exactly as large).  The ``*_needed_bytes`` figures size every storage by the
-largest tensor it holds instead: what the plan itself needs.
+TVM 0.27's ``StaticPlanBlockMemory`` sizes a storage that holds a texture at
+the image's bytes times the bytes of one element (``StorageToken`` multiplies
+the byte count ``DeviceGetMemSize.opencl`` returns by the dtype's size once
+more): four times what a float32 image needs, twice a float16 one.
+:func:`SizeTextureStorages`, run right after it, sizes each storage by the
+largest tensor it holds instead, as an image where the tensor is one.
+
+Devices without ``cl_khr_image2d_from_buffer`` (PoCL) cannot view a buffer
+as an image: TVM's runtime then makes a separate image for every texture
+tensor, and texscope's replay (``texscope.opencl.replay``) allocates every
+tensor once for the whole run (``RunResult.allocated_bytes``): neither is
+this figure.
 """
 
 from __future__ import annotations
@@ -21,9 +35,12 @@ import attrs
 import tvm
 from tvm import relax
 
-from ..knowledge.targets import is_texture_scope
+from ..knowledge.scopes import image_bytes, is_packed_texel_shape, is_texture_scope
 
 PLANNED_PASS = "KillAfterLastUse"
+TVM_PLANNER = "StaticPlanBlockMemory"
+# TVM's DeviceGetMemSize.opencl uses this row alignment where the target has none.
+DEFAULT_ROW_ALIGNMENT = 64
 
 
 @attrs.frozen
@@ -34,25 +51,26 @@ class DeviceMemory:
     ----------
     peak_bytes : int
         The most bytes live at once: parameters, constants and the planned
-        storages then allocated.
+        storages then allocated, each as large as the plan says.
     inputs_bytes : int
         Parameters (inputs and weights) and constants.
     image_bytes : int
         Planned storages holding textures (images), all of them.
     buffer_bytes : int
         Planned storages holding buffers, all of them.
-    peak_needed_bytes : int
-        The peak with every storage as large as its largest tensor.
-    image_needed_bytes : int
-        Storages holding textures, each as large as its largest tensor.
+    texel_padding_bytes : int
+        How much of the peak is texel padding: the peak with every storage
+        as large as its largest tensor (an image's aligned rows where the
+        tensor is one) less the peak with every storage as large as its
+        largest tensor's values.  Independent of how large the planner made
+        the storages, so a plan that oversizes them cannot hide in it.
     """
 
     peak_bytes: int
     inputs_bytes: int
     image_bytes: int
     buffer_bytes: int
-    peak_needed_bytes: int
-    image_needed_bytes: int
+    texel_padding_bytes: int
 
 
 def _tensor_bytes(ty) -> int:
@@ -66,6 +84,27 @@ def _tensor_bytes(ty) -> int:
     return math.prod(dims) * dtype.bits * dtype.lanes // 8
 
 
+def _static_shape(shape) -> tuple[int, ...] | None:
+    values = shape.values if isinstance(shape, relax.ShapeExpr) else None
+    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
+        return None
+    return tuple(int(d) for d in values)
+
+
+def _image_bytes(shape, dtype: str, vdevice) -> int | None:
+    """Bytes of the image a texture-scoped tensor is viewed as; None where
+    the tensor is no image (a buffer, a symbolic or unpacked shape)."""
+    scope = str(vdevice.memory_scope) if vdevice is not None else ""
+    if not is_texture_scope(scope) or shape is None or not is_packed_texel_shape(shape):
+        return None
+    alignment = vdevice.target.attrs.get("image_base_address_alignment", DEFAULT_ROW_ALIGNMENT)
+    dtype = tvm.DataType(dtype)
+    try:
+        return image_bytes(shape, dtype.bits * dtype.lanes // 8, scope, int(alignment))
+    except KeyError:  # a texture scope whose folding texscope does not know
+        return None
+
+
 def _storage_bytes(call: relax.Call) -> int:
     return math.prod(int(d) if isinstance(d, tvm.tirx.IntImm) else 0 for d in call.args[0].values)
 
@@ -74,6 +113,39 @@ def _op_name(value) -> str:
     if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
         return value.op.name
     return ""
+
+
+def _vdevice_of(mod: tvm.IRModule, alloc_tensor: relax.Call, ty):
+    """The VDevice of an ``alloc_tensor``: its type's, else the module's
+    VDevice its index argument names (its type has none right after
+    planning)."""
+    vdevice = getattr(ty, "vdevice", None)
+    if vdevice is not None:
+        return vdevice
+    index = alloc_tensor.args[4] if len(alloc_tensor.args) > 4 else None
+    vdevices = mod.global_infos.get("vdevice", []) if mod.global_infos else []
+    if isinstance(index, tvm.tirx.IntImm) and 0 <= int(index) < len(vdevices):
+        return vdevices[int(index)]
+    return None
+
+
+@attrs.frozen
+class _Tensor:
+    """What one ``alloc_tensor`` asks of its storage."""
+
+    values: int  # bytes of its elements
+    image: int | None  # bytes of its image, None for a buffer
+
+    @property
+    def needed(self) -> int:
+        return self.values if self.image is None else max(self.values, self.image)
+
+
+def _tensor(mod, call: relax.Call, ty) -> _Tensor:
+    shape = _static_shape(call.args[2])
+    dtype = str(call.args[3].value)
+    values = math.prod(shape) * tvm.DataType(dtype).bits // 8 if shape is not None else 0
+    return _Tensor(values, _image_bytes(shape, dtype, _vdevice_of(mod, call, ty)))
 
 
 def _constants(func: relax.Function) -> int:
@@ -100,8 +172,7 @@ def device_memory(mod: tvm.IRModule, function: str = "main") -> DeviceMemory:
     func = mod[function]
     inputs = sum(_tensor_bytes(p.ty) for p in func.params) + _constants(func)
     sizes: dict[relax.Var, int] = {}
-    needed: dict[relax.Var, int] = {}
-    images: set[relax.Var] = set()
+    tensors: dict[relax.Var, list[_Tensor]] = {}  # storage -> what its tensors ask
     holder: dict[relax.Var, relax.Var] = {}  # tensor -> its storage
     references: dict[relax.Var, int] = {}  # storage -> the storage var and live tensors
     events: list[tuple[relax.Var, int]] = []  # (storage, +1 allocated / -1 freed)
@@ -116,15 +187,13 @@ def device_memory(mod: tvm.IRModule, function: str = "main") -> DeviceMemory:
             value, name = binding.value, _op_name(binding.value)
             if name == "relax.memory.alloc_storage":
                 sizes[binding.var] = _storage_bytes(value)
+                tensors[binding.var] = []
                 references[binding.var] = 1
                 events.append((binding.var, 1))
             elif name == "relax.memory.alloc_tensor" and value.args[0] in sizes:
                 storage = holder[binding.var] = value.args[0]
                 references[storage] += 1
-                needed[storage] = max(needed.get(storage, 0), _tensor_bytes(binding.var.ty))
-                vdevice = getattr(binding.var.ty, "vdevice", None)
-                if vdevice is not None and is_texture_scope(str(vdevice.memory_scope)):
-                    images.add(storage)
+                tensors[storage].append(_tensor(mod, value, binding.var.ty))
             elif name == "relax.memory.kill_storage" and value.args[0] in sizes:
                 drop(value.args[0])
             elif name == "relax.memory.kill_tensor" and value.args[0] in holder:
@@ -137,13 +206,92 @@ def device_memory(mod: tvm.IRModule, function: str = "main") -> DeviceMemory:
             top = max(top, live)
         return top
 
-    image_bytes = sum(size for var, size in sizes.items() if var in images)
+    def largest(field):
+        # A storage no tensor is made from still takes what the plan says.
+        return lambda storage: max((getattr(t, field) for t in tensors[storage]),
+                                   default=sizes[storage])
+
+    images = {var for var, held in tensors.items() if any(t.image is not None for t in held)}
+    image_total = sum(size for var, size in sizes.items() if var in images)
     return DeviceMemory(
-        peak_bytes=peak(sizes.__getitem__), inputs_bytes=inputs, image_bytes=image_bytes,
-        buffer_bytes=sum(sizes.values()) - image_bytes,
-        peak_needed_bytes=peak(lambda s: needed.get(s, sizes[s])),
-        image_needed_bytes=sum(needed.get(var, 0) for var in images),
+        peak_bytes=peak(sizes.__getitem__), inputs_bytes=inputs, image_bytes=image_total,
+        buffer_bytes=sum(sizes.values()) - image_total,
+        texel_padding_bytes=peak(largest("needed")) - peak(largest("values")),
     )
+
+
+def _resized_storages(mod: tvm.IRModule, func: relax.Function) -> dict[relax.Var, int]:
+    """Storage -> the bytes it needs, for storages holding an image that the
+    planner made larger than their largest tensor needs."""
+    planned: dict[relax.Var, int] = {}
+    held: dict[relax.Var, list[_Tensor | None]] = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value, name = binding.value, _op_name(binding.value)
+            if name == "relax.memory.alloc_storage" and _static_shape(value.args[0]):
+                planned[binding.var] = _storage_bytes(value)
+                held[binding.var] = []
+            elif name == "relax.memory.alloc_tensor" and value.args[0] in held:
+                static = _static_shape(value.args[2]) is not None
+                tensor = _tensor(mod, value, binding.var.ty) if static else None
+                held[value.args[0]].append(tensor)
+    resized = {}
+    for storage, tensors in held.items():
+        # A symbolic tensor's need is unknown: leave its storage as planned.
+        if not tensors or None in tensors or all(t.image is None for t in tensors):
+            continue
+        needed = max(t.needed for t in tensors)
+        if needed < planned[storage]:
+            resized[storage] = needed
+    return resized
+
+
+def _with_sizes(func: relax.Function, sizes: dict[relax.Var, int]) -> relax.Function:
+    blocks = []
+    for block in func.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            if binding.var in sizes:
+                call = binding.value
+                shape = relax.ShapeExpr([tvm.tirx.IntImm("int64", sizes[binding.var])])
+                value = relax.Call(call.op, [shape, *call.args[1:]], call.attrs, call.ty_args)
+                # The storage's type does not depend on its size: keep its variable.
+                binding = relax.VarBinding(binding.var, value)
+            bindings.append(binding)
+        blocks.append(type(block)(bindings))
+    body = relax.SeqExpr(blocks, func.body.body)
+    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.SizeTextureStorages")
+def SizeTextureStorages(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
+    """Size each storage holding an image by the largest tensor it holds.
+
+    Run right after ``StaticPlanBlockMemory``, which makes such storages
+    larger by the dtype's size (see the module docstring).  Every tensor of a
+    planned storage starts at offset 0 and lives there alone, so the largest
+    tensor is all the storage needs: an image's bytes with its rows aligned,
+    a buffer's bytes.  Storages of buffers only, and those holding a tensor of
+    symbolic shape, are left as planned.
+    """
+    functions = {}
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            sizes = _resized_storages(mod, func)
+            if sizes:
+                func = _with_sizes(func, sizes)
+        functions[gvar] = func
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def with_sized_storages(finalize: list) -> list:
+    """``finalize`` (TVM's finalize passes) with :func:`SizeTextureStorages`
+    right after its memory planning."""
+    names = [p.info.name for p in finalize]
+    if TVM_PLANNER not in names:
+        return list(finalize)
+    at = names.index(TVM_PLANNER) + 1
+    return [*finalize[:at], SizeTextureStorages, *finalize[at:]]
 
 
 @tvm.instrument.pass_instrument
