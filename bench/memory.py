@@ -1,0 +1,113 @@
+"""Peak device memory: texture plans against the all-buffer build, one process.
+
+Per model, the peak device memory one run needs (``texscope.backend.memory``:
+parameters, constants and the planned storages live at once, as the Relax VM
+allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
+
+- ``all-buffer``: TVM 0.27's generic OpenCL build (``tvm.compile(mod,
+  Target({"kind": "opencl"}, host="llvm"))``), every tensor a buffer;
+- ``TVM adreno``: TVM's own Adreno texture flow (``AnnotateCustomMemoryScope``,
+  ``texscope.backend.upstream.adreno_build``), its storages as TVM sizes them;
+- ``texscope TVM-sized``: ``texscope.build(mod, "adreno-opencl")`` with
+  ``texscope.SizeTextureStorages`` disabled, the storages as TVM 0.27's
+  ``StaticPlanBlockMemory`` sizes them (textures at 4x for float32): before;
+- ``texscope``: the build as it is: after;
+- ``padding``: the texel padding in texscope's peak (image rows aligned to
+  the target's ``image_base_address_alignment``; ``texel_padding_bytes``);
+- ``ratio``: texscope's peak over the all-buffer peak, and ``over``: what
+  texscope's peak exceeds the all-buffer peak plus the padding by (the target
+  is <= 0) (a weight that is a parameter is packed to
+  OIHW4o on every run, beside the original; constant weights are packed when
+  folding and count as inputs).
+
+Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
+.tflite models of ``texscope.models.corpus`` (weights are constants),
+imported once by texscope's loader and given to every tool.
+
+Run: ``python bench/memory.py [model ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import tvm
+
+import texscope
+from texscope.backend import upstream
+from texscope.backend.memory import MemoryCapture, device_memory
+from texscope.frontend.tflite_model import load_tflite
+from texscope.knowledge.targets import texture_target
+from texscope.models import corpus, zoo
+
+GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
+TEXSCOPE = "adreno-opencl"
+ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
+SIZING_PASS = "texscope.SizeTextureStorages"
+
+
+def models(names: list[str]) -> dict[str, object]:
+    """name -> a loader, for the zoo and every .tflite of the corpus."""
+    found = {f"zoo/{name}": zoo.NETWORKS[name] for name in ZOO}
+    for name, path in sorted(corpus.mediapipe_models().items()):
+        found[name] = lambda path=path: load_tflite(path)
+    if names:
+        found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
+    return found
+
+
+def planned(build, *, disabled=()) -> tvm.IRModule:
+    """The Relax module of ``build()`` after memory planning and kill insertion."""
+    capture = MemoryCapture()
+    with tvm.transform.PassContext(instruments=[capture], disabled_pass=list(disabled)):
+        build()
+    return capture.modules[-1]
+
+
+def _mib(n) -> str:
+    return n if isinstance(n, str) else f"{n / 2**20:.3f}"
+
+
+def row(mod) -> dict:
+    adreno = texture_target(TEXSCOPE).target
+    buffers = device_memory(planned(lambda: tvm.compile(mod, GENERIC)))
+    try:
+        theirs = device_memory(planned(lambda: upstream.adreno_build(
+            mod, tvm.target.Target(adreno, host="llvm")))).peak_bytes
+    except Exception as err:  # TVM's own flow fails on some models: say so, go on
+        theirs = f"{type(err).__name__}"
+    before = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE), disabled=[SIZING_PASS]))
+    after = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE)))
+    return {"all-buffer": buffers.peak_bytes, "TVM adreno": theirs,
+            "TVM-sized": before.peak_bytes, "texscope": after.peak_bytes,
+            "padding": after.texel_padding_bytes,
+            "over": after.peak_bytes - buffers.peak_bytes - after.texel_padding_bytes}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*")
+    args = parser.parse_args(argv)
+    print("peak device memory, MiB")
+    print(f"{'model':<30} {'all-buffer':>10} {'TVM adreno':>10} {'ratio':>6} "
+          f"{'texscope TVM-sized':>18} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
+          f"{'padding':>8} {'over':>7}")
+    for name, load in models(args.models).items():
+        try:
+            mod = load()
+        except Exception as err:  # the importer's own errors: report, go on
+            print(f"{name:<30} skipped: {type(err).__name__}: {str(err).splitlines()[0][:60]}")
+            continue
+        r = row(mod)
+        base = r["all-buffer"]
+
+        def ratio(n):
+            return "-" if isinstance(n, str) else f"{n / base:.2f}x"
+
+        print(f"{name:<30} {_mib(base):>10} {_mib(r['TVM adreno']):>10} {ratio(r['TVM adreno']):>6} "
+              f"{_mib(r['TVM-sized']):>18} {ratio(r['TVM-sized']):>6} {_mib(r['texscope']):>9} "
+              f"{ratio(r['texscope']):>6} {_mib(r['padding']):>8} {_mib(r['over']):>7}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
