@@ -35,7 +35,8 @@ import attrs
 import tvm
 from tvm import relax
 
-from ..knowledge.scopes import image_bytes, is_packed_texel_shape, is_texture_scope
+from ..knowledge.scopes import (FLAVOUR_AXES, TEXEL_LANES, image_bytes, is_packed_texel_shape,
+                                is_texture_scope)
 
 PLANNED_PASS = "KillAfterLastUse"
 TVM_PLANNER = "StaticPlanBlockMemory"
@@ -135,6 +136,8 @@ class _Tensor:
 
     values: int  # bytes of its elements
     image: int | None  # bytes of its image, None for a buffer
+    shape: tuple[int, ...] | None = None  # None where symbolic
+    itemsize: int = 0
 
     @property
     def needed(self) -> int:
@@ -144,8 +147,9 @@ class _Tensor:
 def _tensor(mod, call: relax.Call, ty) -> _Tensor:
     shape = _static_shape(call.args[2])
     dtype = str(call.args[3].value)
-    values = math.prod(shape) * tvm.DataType(dtype).bits // 8 if shape is not None else 0
-    return _Tensor(values, _image_bytes(shape, dtype, _vdevice_of(mod, call, ty)))
+    itemsize = tvm.DataType(dtype).bits // 8
+    values = math.prod(shape) * itemsize if shape is not None else 0
+    return _Tensor(values, _image_bytes(shape, dtype, _vdevice_of(mod, call, ty)), shape, itemsize)
 
 
 def _constants(func: relax.Function) -> int:
@@ -167,15 +171,37 @@ def _constants(func: relax.Function) -> int:
     return sum(seen.values())
 
 
-def device_memory(mod: tvm.IRModule, function: str = "main") -> DeviceMemory:
-    """The device memory of ``function`` of a module after ``KillAfterLastUse``."""
+@attrs.frozen
+class _Lifetimes:
+    """The storages of a planned function, in the order the VM meets them."""
+
+    inputs: int
+    sizes: dict  # storage -> bytes as planned
+    tensors: dict  # storage -> [_Tensor] made from it
+    events: tuple  # (storage, +1 allocated / -1 freed)
+
+    def peak(self, size_of) -> int:
+        live = top = self.inputs
+        for storage, step in self.events:
+            live += step * size_of(storage)
+            top = max(top, live)
+        return top
+
+    def largest(self, need):
+        """Storage -> the largest ``need(tensor)`` of its tensors; a storage
+        no tensor is made from still takes what the plan says."""
+        return lambda storage: max((need(t) for t in self.tensors[storage]),
+                                   default=self.sizes[storage])
+
+
+def _lifetimes(mod: tvm.IRModule, function: str) -> _Lifetimes:
     func = mod[function]
     inputs = sum(_tensor_bytes(p.ty) for p in func.params) + _constants(func)
     sizes: dict[relax.Var, int] = {}
-    tensors: dict[relax.Var, list[_Tensor]] = {}  # storage -> what its tensors ask
+    tensors: dict[relax.Var, list[_Tensor]] = {}
     holder: dict[relax.Var, relax.Var] = {}  # tensor -> its storage
     references: dict[relax.Var, int] = {}  # storage -> the storage var and live tensors
-    events: list[tuple[relax.Var, int]] = []  # (storage, +1 allocated / -1 freed)
+    events: list[tuple[relax.Var, int]] = []
 
     def drop(storage):
         references[storage] -= 1
@@ -198,26 +224,47 @@ def device_memory(mod: tvm.IRModule, function: str = "main") -> DeviceMemory:
                 drop(value.args[0])
             elif name == "relax.memory.kill_tensor" and value.args[0] in holder:
                 drop(holder.pop(value.args[0]))
+    return _Lifetimes(inputs, sizes, tensors, tuple(events))
 
-    def peak(size_of) -> int:
-        live = top = inputs
-        for storage, step in events:
-            live += step * size_of(storage)
-            top = max(top, live)
-        return top
 
-    def largest(field):
-        # A storage no tensor is made from still takes what the plan says.
-        return lambda storage: max((getattr(t, field) for t in tensors[storage]),
-                                   default=sizes[storage])
-
-    images = {var for var, held in tensors.items() if any(t.image is not None for t in held)}
-    image_total = sum(size for var, size in sizes.items() if var in images)
+def device_memory(mod: tvm.IRModule, function: str = "main") -> DeviceMemory:
+    """The device memory of ``function`` of a module after ``KillAfterLastUse``."""
+    plan = _lifetimes(mod, function)
+    images = {var for var, held in plan.tensors.items() if any(t.image is not None for t in held)}
+    image_total = sum(size for var, size in plan.sizes.items() if var in images)
     return DeviceMemory(
-        peak_bytes=peak(sizes.__getitem__), inputs_bytes=inputs, image_bytes=image_total,
-        buffer_bytes=sum(sizes.values()) - image_total,
-        texel_padding_bytes=peak(largest("needed")) - peak(largest("values")),
+        peak_bytes=plan.peak(plan.sizes.__getitem__), inputs_bytes=plan.inputs,
+        image_bytes=image_total, buffer_bytes=sum(plan.sizes.values()) - image_total,
+        texel_padding_bytes=(plan.peak(plan.largest(lambda t: t.needed))
+                             - plan.peak(plan.largest(lambda t: t.values))),
     )
+
+
+def _as_image(tensor: _Tensor, channel_axis: int, row_alignment: int) -> int:
+    """Bytes of a 4-D tensor packed into texels (its channels in lanes of 4,
+    the rest folded as the flavour that pads it least); other tensors' own."""
+    if tensor.shape is None or len(tensor.shape) != 4:
+        return tensor.values
+    rest = [d for axis, d in enumerate(tensor.shape) if axis != channel_axis]
+    packed = (rest[0], -(-tensor.shape[channel_axis] // TEXEL_LANES), rest[1], rest[2], TEXEL_LANES)
+    return min(image_bytes(packed, tensor.itemsize, flavour, row_alignment)
+               for flavour in FLAVOUR_AXES)
+
+
+def buffers_as_images_peak(mod: tvm.IRModule, channel_axis: int = 1,
+                           row_alignment: int = DEFAULT_ROW_ALIGNMENT,
+                           function: str = "main") -> int:
+    """The peak of an all-buffer plan had its 4-D tensors been images.
+
+    The same storages and lifetimes, each storage as large as its largest
+    tensor packed into texels: channels (``channel_axis``: 1 for NCHW, 3 for
+    NHWC) rounded up to lanes of 4, the other axes folded into an image as
+    the texture flavour that pads it least does, rows aligned to
+    ``row_alignment`` bytes.  Less the plan's own peak, this is the texel
+    padding a texture plan of the same model may add to it.
+    """
+    plan = _lifetimes(mod, function)
+    return plan.peak(plan.largest(lambda t: _as_image(t, channel_axis, row_alignment)))
 
 
 def _resized_storages(mod: tvm.IRModule, func: relax.Function) -> dict[relax.Var, int]:
@@ -246,7 +293,9 @@ def _resized_storages(mod: tvm.IRModule, func: relax.Function) -> dict[relax.Var
     return resized
 
 
-def _with_sizes(func: relax.Function, sizes: dict[relax.Var, int]) -> relax.Function:
+def _with_sizes(mod: tvm.IRModule, func: relax.Function,
+                sizes: dict[relax.Var, int]) -> relax.Function:
+    builder = relax.BlockBuilder(mod)  # types the new calls
     blocks = []
     for block in func.body.blocks:
         bindings = []
@@ -254,13 +303,14 @@ def _with_sizes(func: relax.Function, sizes: dict[relax.Var, int]) -> relax.Func
             if binding.var in sizes:
                 call = binding.value
                 shape = relax.ShapeExpr([tvm.tirx.IntImm("int64", sizes[binding.var])])
-                value = relax.Call(call.op, [shape, *call.args[1:]], call.attrs, call.ty_args)
+                value = builder.normalize(
+                    relax.Call(call.op, [shape, *call.args[1:]], call.attrs, call.ty_args))
                 # The storage's type does not depend on its size: keep its variable.
                 binding = relax.VarBinding(binding.var, value)
             bindings.append(binding)
         blocks.append(type(block)(bindings))
     body = relax.SeqExpr(blocks, func.body.body)
-    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+    return builder.normalize(relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs))
 
 
 @tvm.transform.module_pass(opt_level=0, name="texscope.SizeTextureStorages")
@@ -279,7 +329,7 @@ def SizeTextureStorages(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: dis
         if isinstance(func, relax.Function):
             sizes = _resized_storages(mod, func)
             if sizes:
-                func = _with_sizes(func, sizes)
+                func = _with_sizes(mod, func, sizes)
         functions[gvar] = func
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
