@@ -12,13 +12,15 @@ allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
   ``texscope.SizeTextureStorages`` disabled, the storages as TVM 0.27's
   ``StaticPlanBlockMemory`` sizes them (textures at 4x for float32): before;
 - ``texscope``: the build as it is: after;
-- ``padding``: the texel padding in texscope's peak (image rows aligned to
-  the target's ``image_base_address_alignment``; ``texel_padding_bytes``);
-- ``ratio``: texscope's peak over the all-buffer peak, and ``over``: what
+- ``padding``: the texel padding a texture plan may add: the all-buffer
+  plan's peak had its 4-D activations been images (channels in lanes of 4,
+  rows aligned to 64 bytes; ``buffers_as_images_peak``) less its own, plus
+  what texscope's folded constants grew by (weights packed to OIHW4o with
+  their channels padded to texels replace the originals; ``inputs+``);
+- ``ratio``: each peak over the all-buffer peak, and ``over``: what
   texscope's peak exceeds the all-buffer peak plus the padding by (the target
-  is <= 0) (a weight that is a parameter is packed to
-  OIHW4o on every run, beside the original; constant weights are packed when
-  folding and count as inputs).
+  is <= 0).  A weight that is a parameter (the zoo's) is packed on every run,
+  beside the original: that copy is not padding and shows in ``over``.
 
 Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
 .tflite models of ``texscope.models.corpus`` (weights are constants),
@@ -35,7 +37,7 @@ import tvm
 
 import texscope
 from texscope.backend import upstream
-from texscope.backend.memory import MemoryCapture, device_memory
+from texscope.backend.memory import MemoryCapture, buffers_as_images_peak, device_memory
 from texscope.frontend.tflite_model import load_tflite
 from texscope.knowledge.targets import texture_target
 from texscope.models import corpus, zoo
@@ -68,9 +70,20 @@ def _mib(n) -> str:
     return n if isinstance(n, str) else f"{n / 2**20:.3f}"
 
 
+def channel_axis(mod: tvm.IRModule) -> int:
+    """Where an activation's channels are: the data layout of the first conv."""
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            layout = getattr(getattr(binding.value, "attrs", None), "data_layout", None)
+            if layout is not None and "C" in str(layout):
+                return str(layout).index("C")
+    return 1
+
+
 def row(mod) -> dict:
     adreno = texture_target(TEXSCOPE).target
-    buffers = device_memory(planned(lambda: tvm.compile(mod, GENERIC)))
+    buffers_mod = planned(lambda: tvm.compile(mod, GENERIC))
+    buffers = device_memory(buffers_mod)
     try:
         theirs = device_memory(planned(lambda: upstream.adreno_build(
             mod, tvm.target.Target(adreno, host="llvm")))).peak_bytes
@@ -78,10 +91,12 @@ def row(mod) -> dict:
         theirs = f"{type(err).__name__}"
     before = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE), disabled=[SIZING_PASS]))
     after = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE)))
+    grown = max(0, after.inputs_bytes - buffers.inputs_bytes)
+    padding = buffers_as_images_peak(buffers_mod, channel_axis(mod)) - buffers.peak_bytes + grown
     return {"all-buffer": buffers.peak_bytes, "TVM adreno": theirs,
             "TVM-sized": before.peak_bytes, "texscope": after.peak_bytes,
-            "padding": after.texel_padding_bytes,
-            "over": after.peak_bytes - buffers.peak_bytes - after.texel_padding_bytes}
+            "padding": padding, "inputs+": grown,
+            "over": after.peak_bytes - buffers.peak_bytes - padding}
 
 
 def main(argv=None) -> None:
@@ -91,7 +106,7 @@ def main(argv=None) -> None:
     print("peak device memory, MiB")
     print(f"{'model':<30} {'all-buffer':>10} {'TVM adreno':>10} {'ratio':>6} "
           f"{'texscope TVM-sized':>18} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
-          f"{'padding':>8} {'over':>7}")
+          f"{'padding':>8} {'inputs+':>8} {'over':>7}")
     for name, load in models(args.models).items():
         try:
             mod = load()
@@ -106,7 +121,7 @@ def main(argv=None) -> None:
 
         print(f"{name:<30} {_mib(base):>10} {_mib(r['TVM adreno']):>10} {ratio(r['TVM adreno']):>6} "
               f"{_mib(r['TVM-sized']):>18} {ratio(r['TVM-sized']):>6} {_mib(r['texscope']):>9} "
-              f"{ratio(r['texscope']):>6} {_mib(r['padding']):>8} {_mib(r['over']):>7}", flush=True)
+              f"{ratio(r['texscope']):>6} {_mib(r['padding']):>8} {_mib(r['inputs+']):>8} {_mib(r['over']):>7}", flush=True)
 
 
 if __name__ == "__main__":
