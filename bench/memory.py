@@ -26,14 +26,17 @@ Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
 .tflite models of ``texscope.models.corpus`` (weights are constants),
 imported once by texscope's loader and given to every tool.
 
-Run: ``python bench/memory.py [model ...]``
+Run: ``python bench/memory.py [--constants] [model ...]`` (``--constants``:
+the zoo's weights bound as constants, as a deployed model has them).
 """
 
 from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import tvm
+from tvm import relax
 
 import texscope
 from texscope.backend import upstream
@@ -48,9 +51,23 @@ ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 SIZING_PASS = "texscope.SizeTextureStorages"
 
 
-def models(names: list[str]) -> dict[str, object]:
+def with_constant_weights(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every parameter but the first bound to random weights
+    (scaled by 1/sqrt(fan-in))."""
+    rng = np.random.default_rng(0)
+    weights = {}
+    for param in mod["main"].params[1:]:
+        shape = [int(d) for d in param.ty.shape.values]
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        weights[param.name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype("float32")
+    return relax.transform.BindParams("main", weights)(mod)
+
+
+def models(names: list[str], constants: bool = False) -> dict[str, object]:
     """name -> a loader, for the zoo and every .tflite of the corpus."""
     found = {f"zoo/{name}": zoo.NETWORKS[name] for name in ZOO}
+    if constants:
+        found = {name: lambda load=load: with_constant_weights(load()) for name, load in found.items()}
     for name, path in sorted(corpus.mediapipe_models().items()):
         found[name] = lambda path=path: load_tflite(path)
     if names:
@@ -102,12 +119,13 @@ def row(mod) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*")
+    parser.add_argument("--constants", action="store_true")
     args = parser.parse_args(argv)
     print("peak device memory, MiB")
     print(f"{'model':<30} {'all-buffer':>10} {'TVM adreno':>10} {'ratio':>6} "
           f"{'texscope TVM-sized':>18} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
           f"{'padding':>8} {'inputs+':>8} {'over':>7}")
-    for name, load in models(args.models).items():
+    for name, load in models(args.models, args.constants).items():
         try:
             mod = load()
         except Exception as err:  # the importer's own errors: report, go on

@@ -14,6 +14,8 @@ from modules import rules
 from texscope.backend.memory import (DeviceMemory, MemoryCapture, SizeTextureStorages, _lifetimes,
                                      _op_name, buffers_as_images_peak, device_memory)
 from texscope.knowledge.scopes import FLAVOUR_AXES, image_bytes
+from texscope.backend import upstream
+from texscope.knowledge.targets import texture_target
 from texscope.models import zoo
 
 TEX = "opencl:0:global.texture"
@@ -256,3 +258,11 @@ def _constants_of(mod):
                 if isinstance(arg, tvm.ir.expr.GenericConst):
                     found.append(arg)
     return found
+
+
+def test_tvms_own_adreno_build_leaves_a_module_with_constant_weights_alone():
+    # bench/memory.py builds one module with every tool in turn.
+    mod = _bound(zoo.NETWORKS["resnet"]())
+    before = tvm.ir.save_json(mod)
+    upstream.adreno_build(mod, tvm.target.Target(texture_target("adreno-opencl").target, host="llvm"))
+    assert tvm.ir.save_json(mod) == before
