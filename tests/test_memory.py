@@ -57,18 +57,22 @@ def _without(mod, name):
 
 def _on_texture(mod):
     """Planned with t and t2 typed as textures (TVMScript cannot put a
-    VDevice on an alloc_tensor's result)."""
+    VDevice on an alloc_tensor's result), their kills naming the new vars."""
     texture = mod.global_infos["vdevice"][1]
     func = mod["main"]
-    blocks = []
+    blocks, renamed = [], {}
     for block in func.body.blocks:
         bindings = []
         for binding in block.bindings:
-            if binding.var.name in ("t", "t2"):
-                ty = binding.var.ty
-                var = tvm.relax.Var(binding.var.name, tvm.relax.TensorType(ty.shape, ty.dtype, texture))
-                binding = tvm.relax.VarBinding(var, binding.value)
-            bindings.append(binding)
+            value, var = binding.value, binding.var
+            if isinstance(value, tvm.relax.Call) and any(a in renamed for a in value.args):
+                value = tvm.relax.Call(value.op, [renamed.get(a, a) for a in value.args],
+                                       value.attrs, value.ty_args)
+            if var.name in ("t", "t2"):
+                ty = var.ty
+                renamed[var] = tvm.relax.Var(var.name, tvm.relax.TensorType(ty.shape, ty.dtype, texture))
+                var = renamed[var]
+            bindings.append(tvm.relax.VarBinding(var, value))
         blocks.append(tvm.relax.BindingBlock(bindings))
     body = tvm.relax.SeqExpr(blocks, func.body.body)
     new = tvm.relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
@@ -84,13 +88,19 @@ def test_peak_counts_storages_in_bytes_while_they_or_their_tensors_live():
     # values (t2's rows of 4 texels fill their 64 bytes); the peak with a
     # as large as t's image (512 + 512 + 300) less the peak with a as large
     # as t's values (512 + 384 + 300) is 128 bytes of texel padding.
+    # The pool: a and b each take a new 4 KiB page; c takes a page freed.
     assert memory == DeviceMemory(
         peak_bytes=512 + 1024 + 300, inputs_bytes=512, image_bytes=1024, buffer_bytes=400,
-        texel_padding_bytes=128)
-    # Without t2's kill, a outlives the function, and c adds to it.
-    assert device_memory(_on_texture(_without(Planned, "_t2"))).peak_bytes == 512 + 1024 + 300
-    freed_late = device_memory(_on_texture(_without(Planned, "_u")))
-    assert freed_late.peak_bytes == 512 + 1024 + 300 + 100
+        texel_padding_bytes=128, pooled_bytes=512 + 2 * 4096)
+    # Without t2's kill, a outlives the function: c comes beside it, after b.
+    kept_a = device_memory(_on_texture(_without(Planned, "_t2")))
+    assert kept_a.peak_bytes == 512 + 1024 + 300 and kept_a.pooled_bytes == 512 + 2 * 4096
+    # Without u's kill, b does, and a is freed: c takes a's page.
+    kept_b = device_memory(_on_texture(_without(Planned, "_u")))
+    assert kept_b.peak_bytes == 512 + 1024 + 300 and kept_b.pooled_bytes == 512 + 2 * 4096
+    # Without both, nothing is freed: c adds to both, on a page of its own.
+    kept = device_memory(_on_texture(_without(_without(Planned, "_t2"), "_u")))
+    assert kept.peak_bytes == 512 + 1024 + 300 + 100 and kept.pooled_bytes == 512 + 3 * 4096
     # As buffers, no tensor has rows to align.
     assert device_memory(Planned).texel_padding_bytes == 0
 

@@ -7,7 +7,9 @@ its dtype (``LowerRuntimeBuiltin`` hands the VM a ``uint8`` storage; as
 measured: a float32 storage of shape ``[2**28]`` grows the process by 256
 MiB), and frees it at its ``memory.kill_storage``; parameters and constants
 live throughout.  The peak is the most bytes live at once along main's
-bindings.  A storage counts as an image when a texture-scoped tensor lives
+bindings: what the plan needs.  The VM's pooled allocator keeps freed
+storages for reuse instead of giving them back, which ``pooled_bytes``
+follows.  A storage counts as an image when a texture-scoped tensor lives
 in it: the OpenCL runtime allocates the storage as a buffer (TVM's
 ``DeviceScopeCompatibility.opencl`` makes every Adreno storage ``global``)
 and views it as an image (``cl_khr_image2d_from_buffer``), whose rows start
@@ -42,6 +44,8 @@ PLANNED_PASS = "KillAfterLastUse"
 TVM_PLANNER = "StaticPlanBlockMemory"
 # TVM's DeviceGetMemSize.opencl uses this row alignment where the target has none.
 DEFAULT_ROW_ALIGNMENT = 64
+# TVM's PooledAllocator::kDefaultPageSize: every pooled block is a multiple of it.
+POOL_PAGE = 4096
 
 
 @attrs.frozen
@@ -65,6 +69,12 @@ class DeviceMemory:
         tensor is one) less the peak with every storage as large as its
         largest tensor's values.  Independent of how large the planner made
         the storages, so a plan that oversizes them cannot hide in it.
+    pooled_bytes : int
+        What the VM's device allocator holds after one run: TVM's pooled
+        allocator (the VM's default, and OpenCL's) rounds each storage up to
+        4 KiB pages and keeps a freed one for a later storage of the same
+        rounded size, never giving it back: parameters and constants, plus
+        every storage no freed one of its size could serve.
     """
 
     peak_bytes: int
@@ -72,6 +82,7 @@ class DeviceMemory:
     image_bytes: int
     buffer_bytes: int
     texel_padding_bytes: int
+    pooled_bytes: int
 
 
 def _tensor_bytes(ty) -> int:
@@ -187,6 +198,20 @@ class _Lifetimes:
             top = max(top, live)
         return top
 
+    def pooled(self) -> int:
+        """Bytes a pool of exact-size, page-rounded blocks ends up holding."""
+        free: dict[int, int] = {}  # rounded size -> blocks in the pool
+        held = self.inputs
+        for storage, step in self.events:
+            size = -(-self.sizes[storage] // POOL_PAGE) * POOL_PAGE
+            if step < 0:
+                free[size] = free.get(size, 0) + 1
+            elif free.get(size):
+                free[size] -= 1
+            else:
+                held += size
+        return held
+
     def largest(self, need):
         """Storage -> the largest ``need(tensor)`` of its tensors; a storage
         no tensor is made from still takes what the plan says."""
@@ -237,6 +262,7 @@ def device_memory(mod: tvm.IRModule, function: str = "main") -> DeviceMemory:
         image_bytes=image_total, buffer_bytes=sum(plan.sizes.values()) - image_total,
         texel_padding_bytes=(plan.peak(plan.largest(lambda t: t.needed))
                              - plan.peak(plan.largest(lambda t: t.values))),
+        pooled_bytes=plan.pooled(),
     )
 
 
