@@ -20,7 +20,10 @@ allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
 - ``ratio``: each peak over the all-buffer peak, and ``over``: what
   texscope's peak exceeds the all-buffer peak plus the padding by (the target
   is <= 0).  A weight that is a parameter (the zoo's) is packed on every run,
-  beside the original: that copy is not padding and shows in ``over``.
+  beside the original: that copy is not padding and shows in ``over``;
+- ``pooled``: what TVM's pooled allocator holds after one run of the
+  all-buffer build and of texscope's (``pooled_bytes``: freed storages are
+  kept for storages of the same page-rounded size, never given back).
 
 Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
 .tflite models of ``texscope.models.corpus`` (weights are constants),
@@ -113,6 +116,7 @@ def row(mod) -> dict:
     return {"all-buffer": buffers.peak_bytes, "TVM adreno": theirs,
             "TVM-sized": before.peak_bytes, "texscope": after.peak_bytes,
             "padding": padding, "inputs+": grown,
+            "pooled": (buffers.pooled_bytes, after.pooled_bytes),
             "over": after.peak_bytes - buffers.peak_bytes - padding}
 
 
@@ -124,7 +128,7 @@ def main(argv=None) -> None:
     print("peak device memory, MiB")
     print(f"{'model':<30} {'all-buffer':>10} {'TVM adreno':>10} {'ratio':>6} "
           f"{'texscope TVM-sized':>18} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
-          f"{'padding':>8} {'inputs+':>8} {'over':>7}")
+          f"{'padding':>8} {'inputs+':>8} {'over':>7}  {'pooled: all-buffer':>18} {'texscope':>8}")
     for name, load in models(args.models, args.constants).items():
         try:
             mod = load()
@@ -139,7 +143,8 @@ def main(argv=None) -> None:
 
         print(f"{name:<30} {_mib(base):>10} {_mib(r['TVM adreno']):>10} {ratio(r['TVM adreno']):>6} "
               f"{_mib(r['TVM-sized']):>18} {ratio(r['TVM-sized']):>6} {_mib(r['texscope']):>9} "
-              f"{ratio(r['texscope']):>6} {_mib(r['padding']):>8} {_mib(r['inputs+']):>8} {_mib(r['over']):>7}", flush=True)
+              f"{ratio(r['texscope']):>6} {_mib(r['padding']):>8} {_mib(r['inputs+']):>8} {_mib(r['over']):>7}  "
+              f"{_mib(r['pooled'][0]):>18} {_mib(r['pooled'][1]):>8}", flush=True)
 
 
 if __name__ == "__main__":
