@@ -12,6 +12,7 @@ from texscope.diagnostics import verify
 from texscope.models import zoo
 from texscope.cli import main
 from texscope.opencl import memory
+from texscope.opencl.plan import WorkspaceArg as PlanWorkspace
 from texscope.opencl.launches import ParamArg, WorkspaceArg, kernel_launches
 from texscope.opencl.program import Copy, KernelCall, TensorSpec, read_program
 from texscope.opencl.source import kernel_signatures, pyopencl
@@ -291,6 +292,7 @@ def test_a_run_counts_the_memory_it_allocates():
     plan = opencl.plan_of(result)
     # Every tensor of the plan once, and every scratch buffer, for the whole run.
     scratch = {(s.binding, a.name): a.nbytes for s in plan.steps
-               for a in getattr(s, "args", ()) if isinstance(a, WorkspaceArg)}
+               for a in getattr(s, "args", ()) if isinstance(a, PlanWorkspace)}
+    assert scratch
     assert run.allocated_bytes == (sum(memory.allocation_bytes(t) for t in plan.tensors.values())
                                    + sum(scratch.values()))
