@@ -7,8 +7,9 @@ Target({"kind": "opencl"}, host="llvm"))``, buffers only) and
 timing; printed: the medians, their ratio (the target is <= 0.5x), the
 stage of texscope's build that took longest, and the peak device memory of
 both builds (``texscope.backend.memory``: as the VM allocates after TVM's memory
-planning; for texscope also what its plan needs, every storage as large as
-its largest tensor, as TVM 0.27 sizes storages for textures at 4x).
+planning, texscope's image storages sized by ``SizeTextureStorages``; for
+texscope also the texel padding in its peak; ``bench/memory.py`` compares
+the peaks in full).
 
 Models: texscope's zoo, and the MediaPipe 0.10.14 .tflite models of
 ``texscope.models.corpus`` (fetched on first use), imported once by texscope's
@@ -103,7 +104,7 @@ def main(argv=None) -> None:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     print(f"{'model':<34} {'TVM generic s':>13} {'texscope s':>10} {'ratio':>6}  "
-          f"{'memory MiB: TVM':>15} {'texscope':>8} {'(needs)':>8}  texscope's longest stage")
+          f"{'memory MiB: TVM':>15} {'texscope':>8} {'padding':>8}  texscope's longest stage")
     for name, load in models(args.models).items():
         try:
             mod = load()
@@ -119,7 +120,7 @@ def main(argv=None) -> None:
         figures = result.report.build
         print(f"{name:<34} {theirs:>13.2f} {ours:>10.2f} {ours / theirs:>5.2f}x  "
               f"{_mib(generic_memory(mod)):>15} {_mib(figures.get('memory_peak_bytes')):>8} "
-              f"{_mib(figures.get('memory_peak_needed_bytes')):>8}  "
+              f"{_mib(figures.get('memory_texel_padding_bytes')):>8}  "
               f"{longest} {stages[longest]:.2f} s of {figures['build_s']:.2f}", flush=True)
         if args.profile:
             print(render(list(result.pass_times), result.report.build["build_s"], top=8))

@@ -80,12 +80,13 @@ def test_dump_stages_writes_each_stage(tmp_path):
         texscope.texture_scope_pipeline(ADRENO)(rules.ConvRelu)
     names = sorted(p.name for p in tmp_path.iterdir())
     # Nested passes come before the pass that runs them.
-    assert names == ["01_DecomposeForGPU.py", "02_PadChannels.py", "03_ExpandBroadcastRank.py",
-                     "04_FoldConstantsIfAny.py", "05_LegalizeKeepingAttrs.py",
-                     "06_ConvertToPackedLayout.py", "07_LegalizeKeepingAttrs.py",
-                     "08_DefineVDevice.py", "09_FoldTextureCopies.py", "10_Cleanup.py",
-                     "11_AnnotateTextureScope.py", "12_texture_scope_pipeline.py"]
-    defined = (tmp_path / "08_DefineVDevice.py").read_text()
+    assert names == ["01_DecomposeForGPU.py", "02_ClipAsMaxMin.py", "03_PadChannels.py",
+                     "04_ExpandBroadcastRank.py", "05_FoldConstantsIfAny.py",
+                     "06_LegalizeKeepingAttrs.py", "07_ConvertToPackedLayout.py",
+                     "08_LegalizeKeepingAttrs.py", "09_DefineVDevice.py",
+                     "10_FoldTextureCopies.py", "11_Cleanup.py",
+                     "12_AnnotateTextureScope.py", "13_texture_scope_pipeline.py"]
+    defined = (tmp_path / "09_DefineVDevice.py").read_text()
     assert "global.texture" in defined and "R.hint_on_device" not in defined
 
 

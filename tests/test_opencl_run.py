@@ -16,6 +16,7 @@ from texscope.cli import main
 from texscope.knowledge import profile as cost_profile
 from texscope.opencl import memory
 from texscope.opencl.launches import ParamArg, Workspace, kernel_launches
+from texscope.opencl.plan import WorkspaceArg as PlanWorkspace
 from texscope.opencl.program import Copy, KernelCall, TensorSpec, read_program
 from texscope.opencl.source import kernel_signatures, pyopencl
 from texscope.backend.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
@@ -331,3 +332,20 @@ def test_copies_between_storages_keep_every_element(source, target):
     mem.upload(a, values)
     mem.copy(a, b)
     np.testing.assert_array_equal(mem.download(b), values)
+
+
+def test_a_run_counts_the_memory_it_allocates():
+    # A [1, 2, 3, 5, 4] float32 texture-weight image is 1 row of 2*3*5 = 30
+    # texels of 16 bytes; a buffer of 7 float16 values is 14 bytes.
+    image = TensorSpec("i", (1, 2, 3, 5, 4), "float32", "global.texture-weight")
+    assert memory.allocation_bytes(image) == 30 * 16
+    assert memory.allocation_bytes(TensorSpec("b", (7,), "float16", "global")) == 14
+    result, run, expected = run_and_compare(rules.ConvRelu)
+    assert_close(run, expected)
+    plan = opencl.plan_of(result)
+    # Every tensor of the plan once, and every scratch buffer, for the whole run.
+    scratch = {(s.binding, a.name): a.nbytes for s in plan.steps
+               for a in getattr(s, "args", ()) if isinstance(a, PlanWorkspace)}
+    assert scratch
+    assert run.allocated_bytes == (sum(memory.allocation_bytes(t) for t in plan.tensors.values())
+                                   + sum(scratch.values()))

@@ -38,7 +38,7 @@ from tvm.tirx import compilation_pipeline
 from ..cleanup import FoldTextureCopies
 from ..planner.cost import plan_cost, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
-from .memory import MemoryCapture, device_memory
+from .memory import MemoryCapture, device_memory, with_sized_storages
 from ..frontend.naming import ConvertKeepingNames
 from ..opencl.executor import plan_of
 from ..opencl.source import kernel_signatures
@@ -128,7 +128,8 @@ def lower_passes(target: tvm.target.Target) -> list:
     return [
         KeepStorageChangesAsKernels,
         *relax.backend.gpu_generic.dataflow_lower_passes(target),
-        *relax.backend.gpu_generic.finalize_passes(target),
+        # TVM's planner oversizes storages of textures (backend/memory.py).
+        *with_sized_storages(relax.backend.gpu_generic.finalize_passes(target)),
     ]
 
 

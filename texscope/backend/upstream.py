@@ -48,7 +48,13 @@ def after_annotation() -> tvm.transform.Sequential:
 def adreno_build(mod: tvm.IRModule, target: tvm.target.Target):
     """TVM's own whole Adreno build of ``mod`` (with texscope's TIR pipeline,
     so its image kernels are valid OpenCL): ``(opencl_source, module)``, the
-    module as it was before dataflow lowering, for counting copies."""
+    module as it was before dataflow lowering, for counting copies.
+
+    ``mod`` is left as it was: TVM 0.27's Adreno passes rewrite a module with
+    constant weights in place (found building a zoo network with its weights
+    bound: texscope's build of the same module then failed), so they get a copy.
+    """
+    mod = tvm.ir.load_json(tvm.ir.save_json(mod))
     captured = {}
 
     @tvm.transform.module_pass(opt_level=0)

@@ -45,6 +45,31 @@ def image_extent(shape, flavour: str) -> tuple[int, int, int]:
     return tuple(math.prod(shape[axis] for axis in group) for group in FLAVOUR_AXES[flavour])
 
 
+def image_bytes(shape, itemsize: int, flavour: str, row_alignment: int) -> int:
+    """Bytes of the buffer an image of a packed ``shape`` is made from.
+
+    An image made from a buffer (``cl_khr_image2d_from_buffer``, how TVM's
+    OpenCL runtime views a planned storage as an image) starts every row at a
+    multiple of ``row_alignment`` bytes: a row of ``width`` RGBA texels takes
+    ``width * 4 * itemsize`` bytes rounded up to it, and the image takes
+    ``layers * height`` such rows (TVM's ``GetTextureMemorySize``).
+
+    Parameters
+    ----------
+    shape : sequence of int
+        A packed texel shape ``[d0, d1, d2, d3, 4]``.
+    itemsize : int
+        Bytes of one channel value (4 for float32).
+    flavour : str
+        A texture scope of :data:`FLAVOUR_AXES`.
+    row_alignment : int
+        The target's ``image_base_address_alignment`` in bytes.
+    """
+    layers, height, width = image_extent(shape, flavour)
+    row = width * TEXEL_LANES * itemsize
+    return layers * height * (-(-row // row_alignment) * row_alignment)
+
+
 def describe_flavour(scope: str) -> str:
     """How a flavour folds ``[d0, d1, d2, d3, 4]`` into an image array, in words."""
     if scope not in FLAVOUR_AXES:

@@ -38,14 +38,30 @@ def texels(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(layers, height, width, TEXEL_LANES)
 
 
+def allocation_bytes(spec: TensorSpec) -> int:
+    """Bytes the replay asks OpenCL for to hold ``spec``: a buffer's values,
+    an image's texels (4 values each; the driver may pad its rows further)."""
+    itemsize = np.dtype(spec.dtype).itemsize
+    if spec.is_texture:
+        return math.prod(image_extent(spec)) * TEXEL_LANES * itemsize
+    return max(math.prod(spec.shape) * itemsize, 1)
+
+
 class DeviceMemory:
-    """The memory objects of one run, one per tensor."""
+    """The memory objects of one run, one per tensor.
+
+    Every tensor gets its own object, held until the run ends: no storage is
+    shared over time as the Relax VM's plan shares them, since viewing one
+    buffer as images of different shapes needs ``cl_khr_image2d_from_buffer``
+    (PoCL has none).  ``allocated_bytes`` is what that costs.
+    """
 
     def __init__(self, cl, context, queue):
         self.cl = cl
         self.context = context
         self.queue = queue
         self.objects: dict[TensorSpec, object] = {}
+        self.allocated_bytes = 0
 
     def allocate(self, spec: TensorSpec):
         if spec in self.objects:
@@ -69,9 +85,9 @@ class DeviceMemory:
                     f"{min(limits[:2])} and texture_depth_limit={limits[2]}")
             memory = cl.create_image(self.context, flags, fmt, shape=extent, is_array=True)
         else:
-            nbytes = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
-            memory = cl.Buffer(self.context, flags, size=max(nbytes, 1))
+            memory = cl.Buffer(self.context, flags, size=allocation_bytes(spec))
         self.objects[spec] = memory
+        self.allocated_bytes += allocation_bytes(spec)
         return memory
 
     def images(self) -> int:
@@ -83,6 +99,7 @@ class DeviceMemory:
         if key not in self.objects:
             self.objects[key] = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE,
                                                size=max(nbytes, 1))
+            self.allocated_bytes += max(nbytes, 1)
         return self.objects[key]
 
     def _region(self, spec: TensorSpec):

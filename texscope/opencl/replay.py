@@ -42,12 +42,18 @@ class KernelTime:
 
 @attrs.frozen
 class RunResult:
-    """Outputs of a run and what it took."""
+    """Outputs of a run and what it took.
+
+    ``allocated_bytes``: device memory the run held (every tensor, workspace
+    and staging buffer its own object for the whole run: see
+    :class:`texscope.opencl.memory.DeviceMemory`), not the Relax VM's peak.
+    """
 
     outputs: tuple[np.ndarray, ...] = attrs.field(eq=False)
     times: tuple[KernelTime, ...]
     images: int
     copies: int
+    allocated_bytes: int = 0
 
     def slowest(self) -> list[KernelTime]:
         return sorted(self.times, key=lambda t: -t.seconds)
@@ -155,6 +161,7 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
         outputs, times,
         images=memory.images(),
         copies=sum(isinstance(step, CopyStep) for step in plan.steps),
+        allocated_bytes=memory.allocated_bytes,
     )
 
 

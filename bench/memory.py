@@ -1,0 +1,151 @@
+"""Peak device memory: texture plans against the all-buffer build, one process.
+
+Per model, the peak device memory one run needs (``texscope.backend.memory``:
+parameters, constants and the planned storages live at once, as the Relax VM
+allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
+
+- ``all-buffer``: TVM 0.27's generic OpenCL build (``tvm.compile(mod,
+  Target({"kind": "opencl"}, host="llvm"))``), every tensor a buffer;
+- ``TVM adreno``: TVM's own Adreno texture flow (``AnnotateCustomMemoryScope``,
+  ``texscope.backend.upstream.adreno_build``), its storages as TVM sizes them;
+- ``texscope TVM-sized``: ``texscope.build(mod, "adreno-opencl")`` with
+  ``texscope.SizeTextureStorages`` disabled, the storages as TVM 0.27's
+  ``StaticPlanBlockMemory`` sizes them (textures at 4x for float32): before;
+- ``texscope``: the build as it is: after;
+- ``padding``: the texel padding a texture plan may add: the all-buffer
+  plan's peak had its 4-D activations been images (channels in lanes of 4,
+  rows aligned to 64 bytes; ``buffers_as_images_peak``) less its own, plus
+  what texscope's folded constants grew by (weights packed to OIHW4o with
+  their channels padded to texels replace the originals; ``inputs+``);
+- ``ratio``: each peak over the all-buffer peak, and ``over``: what
+  texscope's peak exceeds the all-buffer peak plus the padding by (the target
+  is <= 0).  A weight that is a parameter (the zoo's) is packed on every run,
+  beside the original: that copy is not padding and shows in ``over``;
+- ``pooled``: what TVM's pooled allocator holds after one run of the
+  all-buffer build and of texscope's (``pooled_bytes``: freed storages are
+  kept for storages of the same page-rounded size, never given back).
+
+Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
+.tflite models of ``texscope.models.corpus`` (weights are constants),
+imported once by texscope's loader and given to every tool.
+
+Run: ``python bench/memory.py [--constants] [model ...]`` (``--constants``:
+the zoo's weights bound as constants, as a deployed model has them).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import tvm
+from tvm import relax
+
+import texscope
+from texscope.backend import upstream
+from texscope.backend.memory import MemoryCapture, buffers_as_images_peak, device_memory
+from texscope.frontend.tflite_model import load_tflite
+from texscope.knowledge.targets import texture_target
+from texscope.models import corpus, zoo
+
+GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
+TEXSCOPE = "adreno-opencl"
+ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
+SIZING_PASS = "texscope.SizeTextureStorages"
+
+
+def with_constant_weights(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with every parameter but the first bound to random weights
+    (scaled by 1/sqrt(fan-in))."""
+    rng = np.random.default_rng(0)
+    weights = {}
+    for param in mod["main"].params[1:]:
+        shape = [int(d) for d in param.ty.shape.values]
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        weights[param.name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype("float32")
+    return relax.transform.BindParams("main", weights)(mod)
+
+
+def models(names: list[str], constants: bool = False) -> dict[str, object]:
+    """name -> a loader, for the zoo and every .tflite of the corpus."""
+    found = {f"zoo/{name}": zoo.NETWORKS[name] for name in ZOO}
+    if constants:
+        found = {name: lambda load=load: with_constant_weights(load()) for name, load in found.items()}
+    for name, path in sorted(corpus.mediapipe_models().items()):
+        found[name] = lambda path=path: load_tflite(path)
+    if names:
+        found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
+    return found
+
+
+def planned(build, *, disabled=()) -> tvm.IRModule:
+    """The Relax module of ``build()`` after memory planning and kill insertion."""
+    capture = MemoryCapture()
+    with tvm.transform.PassContext(instruments=[capture], disabled_pass=list(disabled)):
+        build()
+    return capture.modules[-1]
+
+
+def _mib(n) -> str:
+    return n if isinstance(n, str) else f"{n / 2**20:.3f}"
+
+
+def channel_axis(mod: tvm.IRModule) -> int:
+    """Where an activation's channels are: the data layout of the first conv."""
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            layout = getattr(getattr(binding.value, "attrs", None), "data_layout", None)
+            if layout is not None and "C" in str(layout):
+                return str(layout).index("C")
+    return 1
+
+
+def row(mod) -> dict:
+    adreno = texture_target(TEXSCOPE).target
+    buffers_mod = planned(lambda: tvm.compile(mod, GENERIC))
+    buffers = device_memory(buffers_mod)
+    try:
+        theirs = device_memory(planned(lambda: upstream.adreno_build(
+            mod, tvm.target.Target(adreno, host="llvm")))).peak_bytes
+    except Exception as err:  # TVM's own flow fails on some models: say so, go on
+        theirs = f"{type(err).__name__}"
+    before = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE), disabled=[SIZING_PASS]))
+    after = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE)))
+    grown = max(0, after.inputs_bytes - buffers.inputs_bytes)
+    padding = buffers_as_images_peak(buffers_mod, channel_axis(mod)) - buffers.peak_bytes + grown
+    return {"all-buffer": buffers.peak_bytes, "TVM adreno": theirs,
+            "TVM-sized": before.peak_bytes, "texscope": after.peak_bytes,
+            "padding": padding, "inputs+": grown,
+            "pooled": (buffers.pooled_bytes, after.pooled_bytes),
+            "over": after.peak_bytes - buffers.peak_bytes - padding}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*")
+    parser.add_argument("--constants", action="store_true")
+    args = parser.parse_args(argv)
+    print("peak device memory, MiB")
+    print(f"{'model':<30} {'all-buffer':>10} {'TVM adreno':>10} {'ratio':>6} "
+          f"{'texscope TVM-sized':>18} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
+          f"{'padding':>8} {'inputs+':>8} {'over':>7}  {'pooled: all-buffer':>18} {'texscope':>8}")
+    for name, load in models(args.models, args.constants).items():
+        try:
+            mod = load()
+        except Exception as err:  # the importer's own errors: report, go on
+            print(f"{name:<30} skipped: {type(err).__name__}: {str(err).splitlines()[0][:60]}")
+            continue
+        r = row(mod)
+        base = r["all-buffer"]
+
+        def ratio(n):
+            return "-" if isinstance(n, str) else f"{n / base:.2f}x"
+
+        print(f"{name:<30} {_mib(base):>10} {_mib(r['TVM adreno']):>10} {ratio(r['TVM adreno']):>6} "
+              f"{_mib(r['TVM-sized']):>18} {ratio(r['TVM-sized']):>6} {_mib(r['texscope']):>9} "
+              f"{ratio(r['texscope']):>6} {_mib(r['padding']):>8} {_mib(r['inputs+']):>8} {_mib(r['over']):>7}  "
+              f"{_mib(r['pooled'][0]):>18} {_mib(r['pooled'][1]):>8}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
