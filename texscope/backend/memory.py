@@ -37,6 +37,7 @@ import attrs
 import tvm
 from tvm import relax
 
+from ..ir.graph import static_dims
 from ..knowledge.scopes import (FLAVOUR_AXES, TEXEL_LANES, image_bytes, is_packed_texel_shape,
                                 is_texture_scope)
 
@@ -97,10 +98,7 @@ def _tensor_bytes(ty) -> int:
 
 
 def _static_shape(shape) -> tuple[int, ...] | None:
-    values = shape.values if isinstance(shape, relax.ShapeExpr) else None
-    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return tuple(int(d) for d in values)
+    return static_dims(shape.values) if isinstance(shape, relax.ShapeExpr) else None
 
 
 def _image_bytes(shape, dtype: str, vdevice) -> int | None:

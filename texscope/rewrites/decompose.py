@@ -27,16 +27,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
+from ..ir.graph import static_shape
 from ..ir.rebuild import rewrite_functions
-
-
-def _static(expr) -> list[int] | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    if not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values):
-        return None
-    return [int(d) for d in ty.shape.values]
 
 
 def _to_layout(expr, source: str, target: str):
@@ -63,7 +55,7 @@ def _zero_inserted(data, shape: list[int], strides: tuple[int, int]):
                                   end=[(height - 1) * stride_h + 1, (width - 1) * stride_w + 1])
 
 
-def _conv_kernel(weight, shape: list[int], layout: str, groups: int):
+def _conv_kernel(weight, shape: tuple[int, ...], layout: str, groups: int):
     """The transpose's kernel as the equivalent conv's OIHW kernel, not yet flipped."""
     if groups == 1:
         # The transpose's I is the data's channels: the conv's input channels.
@@ -80,7 +72,7 @@ def _transpose_as_conv(call: relax.Call) -> relax.Expr | None:
     data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
     out_layout = str(attrs.out_layout) or data_layout
     data, weight = call.args
-    data_shape, weight_shape = _static(data), _static(weight)
+    data_shape, weight_shape = static_shape(data.ty), static_shape(weight.ty)
     if (data_shape is None or weight_shape is None
             or not (_plain(data_layout, "NCHW") and _plain(kernel_layout, "OIHW")
                     and _plain(out_layout, "NCHW"))):
