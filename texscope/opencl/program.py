@@ -20,7 +20,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import TexscopeError
-from ..ir.graph import Constant as RelaxConstant
+from ..ir.graph import Constant as RelaxConstant, relax_bindings
 from ..knowledge.scopes import BUFFER_SCOPE
 from .plan import TensorSpec
 from .tir_sizes import size_text
@@ -196,13 +196,12 @@ def read_program(mod: tvm.IRModule) -> Program:
         spec = walker.spec(walker.unique_name(param), param.ty)
         walker.values[param] = spec
         inputs.append(Input(index, spec))
-    body = main.body
-    for block in body.blocks:
-        for binding in block.bindings:
-            if not isinstance(binding, relax.VarBinding):
-                raise TexscopeError("the OpenCL executor does not support match_cast",
-                                    "main", binding.var.name)
-            walker.bind(binding.var, binding.value)
-    outputs = _flat(walker.value(body.body, "return"))
+    main_var = mod.get_global_var("main")
+    for _, binding in relax_bindings(mod, [main_var]):
+        if not isinstance(binding, relax.VarBinding):
+            raise TexscopeError("the OpenCL executor does not support match_cast",
+                                "main", binding.var.name)
+        walker.bind(binding.var, binding.value)
+    outputs = _flat(walker.value(main.body.body, "return"))
     return Program(tuple(inputs), tuple(walker.constants), tuple(walker.steps), outputs,
                    tuple(walker.sizes), walker.shapes)
