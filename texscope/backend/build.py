@@ -38,6 +38,7 @@ from tvm.tirx import compilation_pipeline
 from ..cleanup import FoldTextureCopies
 from ..planner.cost import plan_cost, texture_reads
 from ..rewrites.legalize import PACKED_CONV, LegalizeOnce
+from .heap import keep_freed_memory
 from .memory import MemoryCapture, device_memory
 from ..frontend.naming import ConvertKeepingNames
 from ..opencl.executor import plan_of
@@ -281,6 +282,7 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
     -------
     BuildResult
     """
+    keep_freed_memory()  # TVM's analyzers allocate and free MiBs per primitive
     if time_passes:
         timing = PassProfile()
         with _with_instrument(timing):
