@@ -12,7 +12,9 @@ from texscope.knowledge import registry
 from texscope.rewrites.legalize import REPLACED, once_per_signature
 from texscope.opencl.program import KernelCall, read_program
 from texscope.opencl.source import kernel_bodies
-from texscope.backend.schedule import TexelWriter
+from texscope.backend.schedule import EpilogueConv2d, TexelWriter
+from texscope.models import zoo
+from tvm.s_tir.schedule import _type_checker
 from test_opencl_run import assert_close, run_and_compare
 
 
@@ -34,6 +36,43 @@ def test_the_texel_writer_schedules_a_padded_strided_pool():
     func = texel_cases.MaxPoolToTexture["max_pool2d"]
     schedule = TexelWriter().apply(func, ADRENO, False)
     tvm.ir.assert_structural_equal(schedule.mod["main"], texel_cases.MaxPoolScheduled["max_pool2d"])
+
+
+def _no_type_checks(monkeypatch):
+    def refuse(*_args):
+        raise AssertionError("a Schedule method's arguments were type-checked in Python")
+
+    monkeypatch.setattr(_type_checker, "_type_check", refuse)
+
+
+@tvm.instrument.pass_instrument
+class _BeforeScheduling:
+    def __init__(self):
+        self.module = None
+
+    def run_before_pass(self, mod, info):
+        if info.name == "ApplyDefaultSchedule" and self.module is None:
+            self.module = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+
+
+def test_texscopes_rules_schedule_without_pythons_type_checks(monkeypatch):
+    """The same TIR, with none of TVM's per-call Python argument checks (most
+    of a real model's scheduling time)."""
+    capture = _BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(zoo.NETWORKS["resnet"](), "adreno-opencl")
+    convs = [f for g, f in capture.module.functions.items() if "conv2d" in g.name_hint]
+    pool = texel_cases.MaxPoolToTexture["max_pool2d"]
+    with ADRENO:
+        checked = [EpilogueConv2d().apply(f, ADRENO, False).mod for f in convs]
+        _no_type_checks(monkeypatch)
+        unchecked = [EpilogueConv2d().apply(f, ADRENO, False).mod for f in convs]
+        pool_schedule = TexelWriter().apply(pool, ADRENO, False)
+    assert len(convs) == 4
+    for ours, theirs in zip(unchecked, checked):
+        tvm.ir.assert_structural_equal(ours, theirs)
+    tvm.ir.assert_structural_equal(pool_schedule.mod["main"],
+                                   texel_cases.MaxPoolScheduled["max_pool2d"])
 
 
 def test_the_texel_writer_takes_only_one_texture_output_on_texture_targets():

@@ -25,10 +25,27 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir
 from tvm.s_tir import dlight
+from tvm.s_tir.schedule import _type_checker
 
 from ..errors import TexscopeError
 from ..ir.graph import relax_bindings
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
+
+
+def _is_type_checked(method) -> bool:
+    code = getattr(method, "__code__", None)
+    return (hasattr(method, "__wrapped__") and code is not None
+            and code.co_filename == _type_checker.__file__)
+
+
+# TVM checks every Schedule method's arguments against its annotations in
+# Python (inspect.signature.bind, then a walk of typing hints) before calling
+# into C++: on a 58-kernel model that is most of the time spent scheduling.
+# The rules here pass TVM's own objects, so a schedule of this class calls
+# the primitives directly; what they compute is the same.
+UncheckedSchedule = type("UncheckedSchedule", (s_tir.Schedule,), {
+    name: method.__wrapped__ for name, method in vars(s_tir.Schedule).items()
+    if _is_type_checked(method)})
 
 
 def _on_texture_target(rule: dlight.ScheduleRule, target: tvm.target.Target) -> bool:
@@ -45,16 +62,26 @@ def _apply_if_static(self, func, target, tunable):
     # TVM's Adreno rules take extents for integers (int() of a symbolic size
     # raises); a kernel of symbolic shape holds no texture and is left to the
     # generic GPU rules.
-    if isinstance(func, tvm.tirx.PrimFunc) and not _static_params(func):
-        return None
+    if isinstance(func, tvm.tirx.PrimFunc):
+        if not _static_params(func):
+            return None
+        if self.takes_schedule:
+            func = UncheckedSchedule(func)
     return super(type(self), self).apply(func, target, tunable)
 
 
-def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
+def _on_every_texture_target(rule_class: type, takes_schedule: bool = True
+                             ) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
-    other texture targets, and only kernels of static shape."""
+    other texture targets, and only kernels of static shape.
+
+    ``takes_schedule``: the rule schedules a Schedule given for the PrimFunc
+    (TVM's Conv2d and LayoutTransform do), so it gets an
+    :data:`UncheckedSchedule`; others make their own.
+    """
     return type(rule_class.__name__, (rule_class,), {
-        "is_target_available": _on_texture_target, "apply": _apply_if_static})()
+        "is_target_available": _on_texture_target, "apply": _apply_if_static,
+        "takes_schedule": takes_schedule})()
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:
@@ -98,7 +125,7 @@ class TexelWriter(dlight.ScheduleRule):
         if not _texture_params(func):
             return None
         try:
-            return self._schedule(s_tir.Schedule(func), func.params, target)
+            return self._schedule(UncheckedSchedule(func), func.params, target)
         except s_tir.ScheduleError:
             return None
 
@@ -185,7 +212,7 @@ class EpilogueConv2d(dlight.ScheduleRule):
     def apply(self, func, target, tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
             return None
-        sch = s_tir.Schedule(func)
+        sch = UncheckedSchedule(func)
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             if (_is_spatial(sch, block)
                     and not _writes_any(sch, block, func.params)
@@ -255,7 +282,7 @@ def schedule_passes() -> list:
             EpilogueConv2d(),
             _on_every_texture_target(dlight.adreno.LayoutTransform),
             TexelWriter(),
-            _on_every_texture_target(dlight.adreno.Fallback),
+            _on_every_texture_target(dlight.adreno.Fallback, takes_schedule=False),
         ),
         dlight.ApplyDefaultSchedule(
             dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
