@@ -226,16 +226,14 @@ class EpilogueConv2d(dlight.ScheduleRule):
 
 def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
     """Whether some store into a texture lies outside every thread-bound loop."""
-    depth, found = [0], []
+    found = []
 
     def visit(value, visitor):
+        # Everything under a thread-bound loop runs on threads: not walked
+        # (most of a scheduled kernel's nodes lie there).
         if isinstance(value, tvm.tirx.For) and value.thread_binding is not None:
-            depth[0] += 1
-            visitor.default_visit(value)
-            depth[0] -= 1
             return
-        if isinstance(value, tvm.tirx.BufferStore) and not depth[0] \
-                and is_texture_scope(_scope(value.buffer)):
+        if isinstance(value, tvm.tirx.BufferStore) and is_texture_scope(_scope(value.buffer)):
             found.append(value)
             return
         visitor.default_visit(value)
