@@ -15,7 +15,8 @@ from texscope.opencl.source import kernel_bodies
 import tvm_ffi
 
 from texscope.backend import schedule
-from texscope.backend.schedule import EpilogueConv2d, TexelWriter
+from texscope.backend.schedule import EpilogueConv2d, TexelWriter, TextureFallback
+from tvm.s_tir import dlight
 from texscope.models import zoo
 from tvm.s_tir.schedule import _type_checker
 from test_opencl_run import assert_close, run_and_compare
@@ -66,12 +67,16 @@ def test_texscopes_rules_schedule_without_pythons_type_checks(monkeypatch):
         texscope.build(zoo.NETWORKS["resnet"](), "adreno-opencl")
     convs = [f for g, f in capture.module.functions.items() if "conv2d" in g.name_hint]
     pool = texel_cases.MaxPoolToTexture["max_pool2d"]
+    split = texel_cases.TwoTextureOutputs["split"]  # left to the fallback
     with ADRENO:
         checked = [EpilogueConv2d().apply(f, ADRENO, False).mod for f in convs]
+        tvms_fallback = dlight.adreno.Fallback().apply(split, ADRENO, False)
         _no_type_checks(monkeypatch)
         unchecked = [EpilogueConv2d().apply(f, ADRENO, False).mod for f in convs]
         pool_schedule = TexelWriter().apply(pool, ADRENO, False)
+        fallback = TextureFallback().apply(split, ADRENO, False)
     assert len(convs) == 4
+    tvm.ir.assert_structural_equal(fallback.mod, tvms_fallback.mod)
     for ours, theirs in zip(unchecked, checked):
         tvm.ir.assert_structural_equal(ours, theirs)
     tvm.ir.assert_structural_equal(pool_schedule.mod["main"],

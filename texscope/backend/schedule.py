@@ -65,23 +65,17 @@ def _apply_if_static(self, func, target, tunable):
     if isinstance(func, tvm.tirx.PrimFunc):
         if not _static_params(func):
             return None
-        if self.takes_schedule:
-            func = UncheckedSchedule(func)
+        func = UncheckedSchedule(func)
     return super(type(self), self).apply(func, target, tunable)
 
 
-def _on_every_texture_target(rule_class: type, takes_schedule: bool = True
-                             ) -> dlight.ScheduleRule:
+def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
-    other texture targets, and only kernels of static shape.
-
-    ``takes_schedule``: the rule schedules a Schedule given for the PrimFunc
-    (TVM's Conv2d and LayoutTransform do), so it gets an
-    :data:`UncheckedSchedule`; others make their own.
-    """
+    other texture targets, and only kernels of static shape, given as an
+    :data:`UncheckedSchedule` (the rule must take a Schedule for a PrimFunc:
+    TVM's Conv2d and LayoutTransform do)."""
     return type(rule_class.__name__, (rule_class,), {
-        "is_target_available": _on_texture_target, "apply": _apply_if_static,
-        "takes_schedule": takes_schedule})()
+        "is_target_available": _on_texture_target, "apply": _apply_if_static})()
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:
@@ -224,6 +218,31 @@ class EpilogueConv2d(dlight.ScheduleRule):
         return self.conv2d.apply(sch, target, tunable)
 
 
+class TextureFallback(dlight.adreno.Fallback):
+    """TVM's Adreno fallback schedule, for kernels of static shape on every
+    texture target, on an :data:`UncheckedSchedule`.
+
+    TVM's rule makes its own (type-checked) Schedule; this one asks the same
+    of a kernel: blocks directly under the root only, and some block whose
+    first write goes to a texture.
+    """
+
+    is_target_available = _on_texture_target
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target) \
+                or not _static_params(func):
+            return None
+        sch = UncheckedSchedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        if any(len(sch.get_child_blocks(block)) for block in blocks):
+            return None
+        if not any("texture" in sch.get(block).writes[0].source.scope() for block in blocks):
+            return None
+        self.schedule_fallback(sch)
+        return sch
+
+
 def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
     """Whether some store into a texture lies outside every thread-bound loop."""
     found = []
@@ -280,7 +299,7 @@ def schedule_passes() -> list:
             EpilogueConv2d(),
             _on_every_texture_target(dlight.adreno.LayoutTransform),
             TexelWriter(),
-            _on_every_texture_target(dlight.adreno.Fallback, takes_schedule=False),
+            TextureFallback(),
         ),
         dlight.ApplyDefaultSchedule(
             dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()
