@@ -10,6 +10,7 @@ from fuzz_models import build, recipes
 from modules import rules
 from texscope import collect_consumer, collect_producer
 from texscope.knowledge import registry
+from texscope.planner.cost import copies_in
 from texscope.diagnostics.exhaustive import exhaustive, plan_units as plan_cost_units
 from texscope.knowledge.registry import Storage
 
@@ -73,3 +74,4 @@ def test_plan_cost_of_a_finished_module():
     found = texscope.plan_cost(ours, ADRENO)
     assert (found.copies, found.copy_bytes) == (1, 2 * 16 * 16 * 4 * 4)
     assert found.texture_saving > 0
+    assert copies_in(ours) == 1 and copies_in(rules.Conflict) == 0
