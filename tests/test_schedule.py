@@ -104,6 +104,16 @@ def _the_thread_check_stops_at_thread_loops(monkeypatch, kernels):
         assert 0 < len(visited) < 100
 
 
+def test_the_conv_rule_leaves_other_kernels_before_analysing_them(monkeypatch):
+    def refuse(*_args):
+        raise AssertionError("a kernel without a conv block was analysed")
+
+    monkeypatch.setattr(dlight.analysis, "get_sblock_info", refuse)
+    with ADRENO:
+        assert EpilogueConv2d().apply(texel_cases.MaxPoolToTexture["max_pool2d"], ADRENO,
+                                      False) is None
+
+
 def test_the_texel_writer_takes_only_one_texture_output_on_texture_targets():
     rule = TexelWriter()
     assert rule.apply(texel_cases.TwoTextureOutputs["split"], ADRENO, False) is None

@@ -187,6 +187,10 @@ class TexelWriter(dlight.ScheduleRule):
         sch.vectorize(lane)
 
 
+# The block name TVM's Adreno Conv2d rule schedules (its legalization's).
+CONV_BLOCK = "conv2d_NCHWc"
+
+
 class EpilogueConv2d(dlight.ScheduleRule):
     """TVM's Adreno Conv2d rule, after inlining every element-wise block
     that writes no output into its readers, in order.
@@ -207,7 +211,12 @@ class EpilogueConv2d(dlight.ScheduleRule):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
             return None
         sch = UncheckedSchedule(func)
-        for block in sch.get_child_blocks(sch.get_sblock("root")):
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        # TVM's rule takes only kernels with a block of this name among these:
+        # the others (most kernels) skip the inlining and block analyses.
+        if not any(CONV_BLOCK in sch.get(block).name_hint for block in blocks):
+            return None
+        for block in blocks:
             if (_is_spatial(sch, block)
                     and not _writes_any(sch, block, func.params)
                     and not dlight.analysis.get_sblock_info(sch, block).is_data_pad(sch)):
