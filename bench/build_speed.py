@@ -16,16 +16,28 @@ Models: texscope's zoo, and the MediaPipe 0.10.14 .tflite models of
 loader and given to both tools (those TVM's TFLite importer reads; the others
 are listed as skipped with the importer's reason).
 
-Run: ``python bench/build_speed.py [--repeat N] [--profile] [model ...]``
-(``--profile`` prints texscope's time per pass for each model).
+Times are wall clock and this process's CPU time (user and system: on a
+machine others load, CPU time moves less); the load average is printed with
+each model.  In one process both tools run under the same C heap settings:
+texscope's build keeps freed blocks in the heap (``texscope.backend.heap``),
+which speeds up TVM's generic build too once the warm-up has set it.
+
+Run: ``python bench/build_speed.py [--repeat N] [--profile] [--no-memory]
+[--save FILE] [--before FILE] [model ...]`` (``--profile`` prints texscope's
+time per pass for each model; ``--save`` writes the medians as JSON, and
+``--before`` prints the ratios such a file holds next to today's: run it once
+with ``PYTHONPATH`` on an older checkout and ``--save``, then here).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import statistics
 import time
+from pathlib import Path
 
 import tvm
 
@@ -53,13 +65,14 @@ def models(names: list[str]) -> dict[str, object]:
     return found
 
 
-def _timed(fn, mod) -> float:
+def _timed(fn, mod) -> tuple[float, float]:
+    """Wall and CPU seconds of one call."""
     gc.collect()
     gc.disable()
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fn(mod)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
     finally:
         gc.enable()
 
@@ -86,7 +99,8 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**20:.2f}"
 
 
-def measure(mod, repeat: int) -> dict[str, list[float]]:
+def measure(mod, repeat: int) -> dict[str, float]:
+    """Medians: ``tvm_s``, ``texscope_s`` (wall), ``tvm_cpu_s``, ``texscope_cpu_s``."""
     tools = {"tvm": tvm_generic, "texscope": texscope_build}
     for fn in tools.values():
         fn(mod)  # warm-up: lazily registered functions, caches
@@ -94,7 +108,25 @@ def measure(mod, repeat: int) -> dict[str, list[float]]:
     for _ in range(repeat):
         for tool, fn in tools.items():
             times[tool].append(_timed(fn, mod))
-    return times
+    medians = {}
+    for tool, runs in times.items():
+        medians[f"{tool}_s"] = statistics.median(wall for wall, _ in runs)
+        medians[f"{tool}_cpu_s"] = statistics.median(cpu for _, cpu in runs)
+    return medians
+
+
+def _ratio(figures: dict | None, kind: str = "") -> float | None:
+    if not figures:
+        return None
+    return figures[f"texscope{kind}_s"] / figures[f"tvm{kind}_s"]
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "-"
 
 
 def main(argv=None) -> None:
@@ -102,8 +134,15 @@ def main(argv=None) -> None:
     parser.add_argument("models", nargs="*")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory columns")
+    parser.add_argument("--save", type=Path, help="write the medians here (JSON)")
+    parser.add_argument("--before", type=Path, help="medians --save wrote earlier")
     args = parser.parse_args(argv)
-    print(f"{'model':<34} {'TVM generic s':>13} {'texscope s':>10} {'ratio':>6}  "
+    before = json.loads(args.before.read_text()) if args.before else {}
+    saved = {}
+    print(f"load average at start: {_load()} on {os.cpu_count()} cores")
+    print(f"{'model':<34} {'TVM generic s':>13} {'texscope s':>10} {'ratio':>6} {'CPU ratio':>9}  "
+          f"{'before: ratio':>13} {'CPU ratio':>9}  {'load':>4}  "
           f"{'memory MiB: TVM':>15} {'texscope':>8} {'padding':>8}  texscope's longest stage")
     for name, load in models(args.models).items():
         try:
@@ -111,19 +150,25 @@ def main(argv=None) -> None:
         except Exception as err:  # the importer's own errors: report, go on
             print(f"{name:<34} skipped: {type(err).__name__}: {str(err).splitlines()[0][:60]}")
             continue
-        times = measure(mod, args.repeat)
-        ours, theirs = statistics.median(times["texscope"]), statistics.median(times["tvm"])
+        figures = measure(mod, args.repeat)
+        saved[name] = figures
         result = texscope.build(mod, TEXSCOPE, time_passes=args.profile)
         stages = {k[:-2]: v for k, v in result.report.build.items()
                   if k.endswith("_s") and k != "build_s"}
         longest = max(stages, key=stages.get)
-        figures = result.report.build
-        print(f"{name:<34} {theirs:>13.2f} {ours:>10.2f} {ours / theirs:>5.2f}x  "
-              f"{_mib(generic_memory(mod)):>15} {_mib(figures.get('memory_peak_bytes')):>8} "
-              f"{_mib(figures.get('memory_texel_padding_bytes')):>8}  "
-              f"{longest} {stages[longest]:.2f} s of {figures['build_s']:.2f}", flush=True)
+        build = result.report.build
+        generic = None if args.no_memory else generic_memory(mod)
+        print(f"{name:<34} {figures['tvm_s']:>13.2f} {figures['texscope_s']:>10.2f} "
+              f"{_x(_ratio(figures)):>6} {_x(_ratio(figures, '_cpu')):>9}  "
+              f"{_x(_ratio(before.get(name))):>13} {_x(_ratio(before.get(name), '_cpu')):>9}  "
+              f"{_load():>4}  {_mib(generic):>15} "
+              f"{_mib(None if args.no_memory else build.get('memory_peak_bytes')):>8} "
+              f"{_mib(None if args.no_memory else build.get('memory_texel_padding_bytes')):>8}  "
+              f"{longest} {stages[longest]:.2f} s of {build['build_s']:.2f}", flush=True)
         if args.profile:
             print(render(list(result.pass_times), result.report.build["build_s"], top=8))
+        if args.save:
+            args.save.write_text(json.dumps(saved, indent=1))
 
 
 if __name__ == "__main__":

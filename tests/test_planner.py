@@ -13,6 +13,7 @@ from texscope import collect_consumer, collect_producer
 from texscope.knowledge import registry
 from texscope.diagnostics.exhaustive import (MAX_REALIZED, exhaustive, plan_units as plan_cost_units,
                                              realized_optimum, realized_price)
+from texscope.planner.cost import copies_in
 from texscope.knowledge.registry import Storage
 from texscope.planner.cost import TextureReads, texture_reads, units, write_gain
 
@@ -195,6 +196,7 @@ def test_plan_cost_of_a_finished_module():
     # Units of 16 bytes: the copy's bytes and Adreno's launch price (65536
     # bytes) count up, the savings down.
     assert found.units == (8192 + 65536 - found.texture_saving) // 16 == 3424
+    assert copies_in(ours) == 1 and copies_in(rules.Conflict) == 0
     # The planner counts forgone savings where plan_cost counts savings: the
     # two differ by what every read (and write) could save, whatever the plan.
     consumers = collect_consumer(texscope.ConvertToPackedLayout(ADRENO)(rules.Conflict), "main",

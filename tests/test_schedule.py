@@ -12,7 +12,13 @@ from texscope.knowledge import registry
 from texscope.rewrites.legalize import REPLACED, once_per_signature
 from texscope.opencl.program import KernelCall, read_program
 from texscope.opencl.source import kernel_bodies
-from texscope.backend.schedule import TexelWriter
+import tvm_ffi
+
+from texscope.backend import schedule
+from texscope.backend.schedule import EpilogueConv2d, TexelWriter, TextureFallback
+from tvm.s_tir import dlight
+from texscope.models import zoo
+from tvm.s_tir.schedule import _type_checker
 from test_opencl_run import assert_close, run_and_compare
 
 
@@ -34,6 +40,78 @@ def test_the_texel_writer_schedules_a_padded_strided_pool():
     func = texel_cases.MaxPoolToTexture["max_pool2d"]
     schedule = TexelWriter().apply(func, ADRENO, False)
     tvm.ir.assert_structural_equal(schedule.mod["main"], texel_cases.MaxPoolScheduled["max_pool2d"])
+
+
+def _no_type_checks(monkeypatch):
+    def refuse(*_args):
+        raise AssertionError("a Schedule method's arguments were type-checked in Python")
+
+    monkeypatch.setattr(_type_checker, "_type_check", refuse)
+
+
+@tvm.instrument.pass_instrument
+class _BeforeScheduling:
+    def __init__(self):
+        self.module = None
+
+    def run_before_pass(self, mod, info):
+        if info.name == "ApplyDefaultSchedule" and self.module is None:
+            self.module = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+
+
+def test_texscopes_rules_schedule_without_pythons_type_checks(monkeypatch):
+    """The same TIR, with none of TVM's per-call Python argument checks (most
+    of a real model's scheduling time)."""
+    capture = _BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(zoo.NETWORKS["resnet"](), "adreno-opencl")
+    convs = [f for g, f in capture.module.functions.items() if "conv2d" in g.name_hint]
+    pool = texel_cases.MaxPoolToTexture["max_pool2d"]
+    split = texel_cases.TwoTextureOutputs["split"]  # left to the fallback
+    with ADRENO:
+        checked = [EpilogueConv2d().apply(f, ADRENO, False).mod for f in convs]
+        tvms_fallback = dlight.adreno.Fallback().apply(split, ADRENO, False)
+        _no_type_checks(monkeypatch)
+        unchecked = [EpilogueConv2d().apply(f, ADRENO, False).mod for f in convs]
+        pool_schedule = TexelWriter().apply(pool, ADRENO, False)
+        fallback = TextureFallback().apply(split, ADRENO, False)
+    assert len(convs) == 4
+    tvm.ir.assert_structural_equal(fallback.mod, tvms_fallback.mod)
+    for ours, theirs in zip(unchecked, checked):
+        tvm.ir.assert_structural_equal(ours, theirs)
+    tvm.ir.assert_structural_equal(pool_schedule.mod["main"],
+                                   texel_cases.MaxPoolScheduled["max_pool2d"])
+    monkeypatch.undo()
+    _the_thread_check_stops_at_thread_loops(monkeypatch, [m["main"] for m in unchecked])
+
+
+def _the_thread_check_stops_at_thread_loops(monkeypatch, kernels):
+    """The check for texture stores off GPU threads walks none of the nodes
+    under a thread-bound loop (over 1300 nodes per scheduled conv of the
+    ResNet; some 40 lie above them)."""
+    visited, visit = [], tvm_ffi.structural_visit
+
+    def counting(node, callback):
+        def count(value, visitor):
+            visited.append(value)
+            return callback(value, visitor)
+        return visit(node, count)
+
+    monkeypatch.setattr(schedule.tvm_ffi, "structural_visit", counting)
+    for kernel in kernels:
+        visited.clear()
+        assert not schedule._texture_stores_off_threads(kernel)
+        assert 0 < len(visited) < 100
+
+
+def test_the_conv_rule_leaves_other_kernels_before_analysing_them(monkeypatch):
+    def refuse(*_args):
+        raise AssertionError("a kernel without a conv block was analysed")
+
+    monkeypatch.setattr(dlight.analysis, "get_sblock_info", refuse)
+    with ADRENO:
+        assert EpilogueConv2d().apply(texel_cases.MaxPoolToTexture["max_pool2d"], ADRENO,
+                                      False) is None
 
 
 def test_the_texel_writer_takes_only_one_texture_output_on_texture_targets():

@@ -36,8 +36,9 @@ from tvm.s_tir.backend.adreno import pipeline as adreno_tir
 from tvm.tirx import compilation_pipeline
 
 from ..cleanup import FoldTextureCopies
-from ..planner.cost import plan_cost, texture_reads
+from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
+from .heap import keep_freed_memory
 from .memory import MemoryCapture, device_memory, with_sized_storages
 from ..frontend.naming import ConvertKeepingNames
 from ..opencl.executor import plan_of
@@ -282,6 +283,7 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
     -------
     BuildResult
     """
+    keep_freed_memory()  # TVM's analyzers allocate and free MiBs per primitive
     if time_passes:
         timing = PassProfile()
         with _with_instrument(timing):
@@ -308,7 +310,7 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)
-    figures["copies_left"] = plan_cost(optimized, device_target).copies
+    figures["copies_left"] = copies_in(optimized)
     executable, source, lowered = None, "", None
     if texture.kind == "opencl":
         capture, planned = _CaptureKernelLaunches(), MemoryCapture()

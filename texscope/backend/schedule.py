@@ -25,10 +25,27 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir
 from tvm.s_tir import dlight
+from tvm.s_tir.schedule import _type_checker
 
 from ..errors import TexscopeError
-from ..ir.graph import relax_bindings
+from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
+
+
+def _is_type_checked(method) -> bool:
+    code = getattr(method, "__code__", None)
+    return (hasattr(method, "__wrapped__") and code is not None
+            and code.co_filename == _type_checker.__file__)
+
+
+# TVM checks every Schedule method's arguments against its annotations in
+# Python (inspect.signature.bind, then a walk of typing hints) before calling
+# into C++: on a 58-kernel model that is most of the time spent scheduling.
+# The rules here pass TVM's own objects, so a schedule of this class calls
+# the primitives directly; what they compute is the same.
+UncheckedSchedule = type("UncheckedSchedule", (s_tir.Schedule,), {
+    name: method.__wrapped__ for name, method in vars(s_tir.Schedule).items()
+    if _is_type_checked(method)})
 
 
 def _on_texture_target(rule: dlight.ScheduleRule, target: tvm.target.Target) -> bool:
@@ -36,23 +53,26 @@ def _on_texture_target(rule: dlight.ScheduleRule, target: tvm.target.Target) -> 
 
 
 def _static_params(func) -> bool:
-    return all(isinstance(d, tvm.tirx.IntImm)
-               for param in func.params if isinstance(param.ty, tvm.tirx.BufferType)
-               for d in param.ty.shape)
+    return all(static_dims(param.ty.shape) is not None
+               for param in func.params if isinstance(param.ty, tvm.tirx.BufferType))
 
 
 def _apply_if_static(self, func, target, tunable):
     # TVM's Adreno rules take extents for integers (int() of a symbolic size
     # raises); a kernel of symbolic shape holds no texture and is left to the
     # generic GPU rules.
-    if isinstance(func, tvm.tirx.PrimFunc) and not _static_params(func):
-        return None
+    if isinstance(func, tvm.tirx.PrimFunc):
+        if not _static_params(func):
+            return None
+        func = UncheckedSchedule(func)
     return super(type(self), self).apply(func, target, tunable)
 
 
 def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
-    other texture targets, and only kernels of static shape."""
+    other texture targets, and only kernels of static shape, given as an
+    :data:`UncheckedSchedule` (the rule must take a Schedule for a PrimFunc:
+    TVM's Conv2d and LayoutTransform do)."""
     return type(rule_class.__name__, (rule_class,), {
         "is_target_available": _on_texture_target, "apply": _apply_if_static})()
 
@@ -98,7 +118,7 @@ class TexelWriter(dlight.ScheduleRule):
         if not _texture_params(func):
             return None
         try:
-            return self._schedule(s_tir.Schedule(func), func.params, target)
+            return self._schedule(UncheckedSchedule(func), func.params, target)
         except s_tir.ScheduleError:
             return None
 
@@ -166,6 +186,10 @@ class TexelWriter(dlight.ScheduleRule):
         sch.vectorize(lane)
 
 
+# The block name TVM's Adreno Conv2d rule schedules (its legalization's).
+CONV_BLOCK = "conv2d_NCHWc"
+
+
 class EpilogueConv2d(dlight.ScheduleRule):
     """TVM's Adreno Conv2d rule, after inlining every element-wise block
     that writes no output into its readers, in order.
@@ -191,8 +215,13 @@ class EpilogueConv2d(dlight.ScheduleRule):
         # the kernel writes past its output (run on PoCL).
         if not _static_params(func):
             return None
-        sch = s_tir.Schedule(func)
-        for block in sch.get_child_blocks(sch.get_sblock("root")):
+        sch = UncheckedSchedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        # TVM's rule takes only kernels with a block of this name among these:
+        # the others (most kernels) skip the inlining and block analyses.
+        if not any(CONV_BLOCK in sch.get(block).name_hint for block in blocks):
+            return None
+        for block in blocks:
             if (_is_spatial(sch, block)
                     and not _writes_any(sch, block, func.params)
                     and not dlight.analysis.get_sblock_info(sch, block).is_data_pad(sch)):
@@ -225,18 +254,41 @@ class _NoneOnScheduleError(dlight.ScheduleRule):
             return None
 
 
+class TextureFallback(dlight.adreno.Fallback):
+    """TVM's Adreno fallback schedule, for kernels of static shape on every
+    texture target, on an :data:`UncheckedSchedule`.
+
+    TVM's rule makes its own (type-checked) Schedule; this one asks the same
+    of a kernel: blocks directly under the root only, and some block whose
+    first write goes to a texture.
+    """
+
+    is_target_available = _on_texture_target
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target) \
+                or not _static_params(func):
+            return None
+        sch = UncheckedSchedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        if any(len(sch.get_child_blocks(block)) for block in blocks):
+            return None
+        if not any("texture" in sch.get(block).writes[0].source.scope() for block in blocks):
+            return None
+        self.schedule_fallback(sch)
+        return sch
+
+
 def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
     """Whether some store into a texture lies outside every thread-bound loop."""
-    depth, found = [0], []
+    found = []
 
     def visit(value, visitor):
+        # Everything under a thread-bound loop runs on threads: not walked
+        # (most of a scheduled kernel's nodes lie there).
         if isinstance(value, tvm.tirx.For) and value.thread_binding is not None:
-            depth[0] += 1
-            visitor.default_visit(value)
-            depth[0] -= 1
             return
-        if isinstance(value, tvm.tirx.BufferStore) and not depth[0] \
-                and is_texture_scope(_scope(value.buffer)):
+        if isinstance(value, tvm.tirx.BufferStore) and is_texture_scope(_scope(value.buffer)):
             found.append(value)
             return
         visitor.default_visit(value)
@@ -283,7 +335,7 @@ def schedule_passes() -> list:
             EpilogueConv2d(),
             _on_every_texture_target(dlight.adreno.LayoutTransform),
             TexelWriter(),
-            _on_every_texture_target(dlight.adreno.Fallback),
+            TextureFallback(),
         ),
         dlight.ApplyDefaultSchedule(
             dlight.gpu.Reduction(), _NoneOnScheduleError(dlight.gpu.GeneralReduction()),

@@ -104,6 +104,18 @@ def _in_texture(ty) -> bool:
         is_texture_scope(ty.vdevice.memory_scope)
 
 
+def _is_copy(call) -> bool:
+    return isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) \
+        and call.op.name == "relax.to_vdevice"
+
+
+def copies_in(mod: tvm.IRModule) -> int:
+    """How many copies between storages (``to_vdevice`` calls) ``mod`` makes:
+    :func:`plan_cost`'s ``copies`` without pricing every kernel (which walks
+    the TIR of the scheduled ones)."""
+    return sum(_is_copy(binding.value) for _, binding in relax_bindings(mod))
+
+
 def plan_cost(mod: tvm.IRModule, target=None, profile=None) -> PlanCost:
     """The cost of a finished (annotated) module under the same model.
 
@@ -120,7 +132,7 @@ def plan_cost(mod: tvm.IRModule, target=None, profile=None) -> PlanCost:
         call = binding.value
         if not isinstance(call, relax.Call) or isinstance(call.op, relax.GlobalVar):
             continue
-        if call.op.name == "relax.to_vdevice":
+        if _is_copy(call):
             nbytes = _nbytes(call.args[0].ty)
             copies += 1
             copy_bytes += nbytes
