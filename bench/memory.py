@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import tvm
-from tvm import relax
 
 import texscope
 from texscope.backend import upstream
@@ -54,23 +52,11 @@ ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 SIZING_PASS = "texscope.SizeTextureStorages"
 
 
-def with_constant_weights(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with every parameter but the first bound to random weights
-    (scaled by 1/sqrt(fan-in))."""
-    rng = np.random.default_rng(0)
-    weights = {}
-    for param in mod["main"].params[1:]:
-        shape = [int(d) for d in param.ty.shape.values]
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-        weights[param.name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype("float32")
-    return relax.transform.BindParams("main", weights)(mod)
-
-
 def models(names: list[str], constants: bool = False) -> dict[str, object]:
     """name -> a loader, for the zoo and every .tflite of the corpus."""
     found = {f"zoo/{name}": zoo.NETWORKS[name] for name in ZOO}
     if constants:
-        found = {name: lambda load=load: with_constant_weights(load()) for name, load in found.items()}
+        found = {name: lambda load=load: zoo.with_constant_weights(load()) for name, load in found.items()}
     for name, path in sorted(corpus.mediapipe_models().items()):
         found[name] = lambda path=path: load_tflite(path)
     if names:

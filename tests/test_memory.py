@@ -1,6 +1,5 @@
 """Device memory of a build, as the Relax VM allocates it."""
 
-import numpy as np
 import pytest
 import tvm
 from tvm import relax
@@ -217,17 +216,6 @@ def test_build_sizes_every_image_storage_by_its_largest_tensor():
     assert device_memory(tvm_sized).image_bytes == 4 * figures["memory_image_bytes"]
 
 
-def _bound(mod):
-    """The network with its weights as constants, as a deployed model has them."""
-    rng = np.random.default_rng(0)
-    weights = {}
-    for param in mod["main"].params[1:]:
-        shape = [int(d) for d in param.ty.shape.values]
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-        weights[param.name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype("float32")
-    return relax.transform.BindParams("main", weights)(mod)
-
-
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 # inception's softmax and its NCHW outputs read NCHW copies of packed tensors
 # (layout transforms), live beside them: the module's, not memory planning.
@@ -240,7 +228,7 @@ _STRUCTURAL = "layout-transform copies the module itself holds"
 ])
 def test_a_texture_plan_needs_at_most_the_all_buffer_peak_plus_texel_padding(network, constants):
     mod = zoo.NETWORKS[network]()
-    mod = _bound(mod) if constants else mod
+    mod = zoo.with_constant_weights(mod) if constants else mod
     buffers = _planned(lambda: tvm.compile(mod, GENERIC))
     ours = device_memory(_planned(lambda: texscope.build(mod, "adreno-opencl")))
     theirs = device_memory(buffers)
@@ -270,7 +258,7 @@ def _constants_of(mod):
 
 def test_tvms_own_adreno_build_leaves_a_module_with_constant_weights_alone():
     # bench/memory.py builds one module with every tool in turn.
-    mod = _bound(zoo.NETWORKS["resnet"]())
+    mod = zoo.with_constant_weights(zoo.NETWORKS["resnet"]())
     before = tvm.ir.save_json(mod)
     upstream.adreno_build(mod, tvm.target.Target(texture_target("adreno-opencl").target, host="llvm"))
     assert tvm.ir.save_json(mod) == before

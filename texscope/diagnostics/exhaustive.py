@@ -25,7 +25,7 @@ from ..cleanup import Cleanup
 from ..collect_consumer import ConsumerInfo, collect_consumer
 from ..collect_producer import ProducerInfo, plan_of, writable
 from ..define_vdevice import define_vdevice
-from ..ir.graph import dps_inputs, relax_bindings
+from ..ir.graph import dps_inputs, relax_bindings, tensor_types
 from ..knowledge import registry
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope
@@ -95,17 +95,9 @@ def plan_units(plan: ProducerInfo) -> int:
     return cost.assignment_cost(plan.consumers, storages, reads)
 
 
-def _tensor_types(ty):
-    if isinstance(ty, relax.TensorType):
-        yield ty
-    elif isinstance(ty, relax.TupleType):
-        for field in ty.fields:
-            yield from _tensor_types(field)
-
-
 def _textures(ty):
     """The tensors of a (tuple) type that live in a texture."""
-    return [t for t in _tensor_types(ty)
+    return [t for t in tensor_types(ty)
             if t.vdevice is not None and is_texture_scope(t.vdevice.memory_scope)]
 
 

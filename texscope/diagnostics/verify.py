@@ -19,7 +19,8 @@ from ..rewrites.legalize import packed_legalizations
 from ..knowledge import registry
 from ..errors import TexscopeError
 from .numerics import Comparison, compare  # noqa: F401  (verify's API)
-from ..ir.graph import DPS_OPS, Constant, annotated_functions, dps_inputs, relax_bindings, static_shape
+from ..ir.graph import (DPS_OPS, Constant, annotated_functions, dps_inputs, relax_bindings,
+                        static_shape, tensor_types)
 from ..ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope, texture_target
@@ -39,14 +40,6 @@ class Violation:
         return f"{self.function}/{self.binding}: {self.message}"
 
 
-def _tensor_types(ty):
-    if isinstance(ty, relax.TensorType):
-        yield ty
-    elif isinstance(ty, relax.TupleType):
-        for field in ty.fields:
-            yield from _tensor_types(field)
-
-
 def _scope(ty: relax.TensorType) -> str | None:
     return None if ty.vdevice is None else str(ty.vdevice.memory_scope)
 
@@ -63,7 +56,7 @@ class _Checker:
         self.violations.append(Violation(self.function, binding, message))
 
     def check_type(self, name: str, ty) -> None:
-        for tensor in _tensor_types(ty):
+        for tensor in tensor_types(ty):
             if tensor.vdevice is None:
                 self.flag(name, "tensor has no VDevice")
                 continue
@@ -81,18 +74,18 @@ class _Checker:
         if call.op.name in MOVES:
             return
         declared = call.ty_args[0] if call.ty_args else None
-        if declared is None or any(t.vdevice is None for t in _tensor_types(declared)):
+        if declared is None or any(t.vdevice is None for t in tensor_types(declared)):
             self.flag(name, "call without a VDevice in ty_args")
             return
-        written = [_scope(t) for t in _tensor_types(declared)]
-        if written != [_scope(t) for t in _tensor_types(var_ty)]:
+        written = [_scope(t) for t in tensor_types(declared)]
+        if written != [_scope(t) for t in tensor_types(var_ty)]:
             self.flag(name, f"bound as {var_ty} but the call writes {declared}")
         support = registry.support_for(call, self.mod)
-        for field, tensor in enumerate(_tensor_types(declared)):
+        for field, tensor in enumerate(tensor_types(declared)):
             if (why := self.storage_refused(tensor, support.output(field))):
                 self.flag(name, f"{support.name} cannot write a {why} (output {field})")
         for operand, arg in enumerate(dps_inputs(call)):
-            for tensor in _tensor_types(arg.ty):
+            for tensor in tensor_types(arg.ty):
                 if (why := self.storage_refused(tensor, support.input(operand))):
                     self.flag(name, f"{support.name} cannot read a {why} (operand {operand})")
         self.check_sync(name, support, call, written)
@@ -134,7 +127,7 @@ class _Checker:
                 self.check_type(name, binding.var.ty)
                 if isinstance(binding.value, relax.Call):
                     self.check_call(name, binding.value, binding.var.ty)
-            if any(is_texture_scope(_scope(t)) for t in _tensor_types(func.body.body.ty)):
+            if any(is_texture_scope(_scope(t)) for t in tensor_types(func.body.body.ty)):
                 self.flag("return", "returns a texture; a function returns buffers")
         return self.violations
 

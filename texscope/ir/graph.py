@@ -125,6 +125,15 @@ class FunctionGraph:
         raise KeyError(name)
 
 
+def tensor_types(ty):
+    """The tensor types of a type, through nested tuples, in order."""
+    if isinstance(ty, relax.TensorType):
+        yield ty
+    elif isinstance(ty, relax.TupleType):
+        for field in ty.fields:
+            yield from tensor_types(field)
+
+
 def static_dims(dims) -> tuple[int, ...] | None:
     """A shape's dimensions (Relax or TIR expressions) as integers; None if
     any is symbolic.  The one test of "static" every module uses."""

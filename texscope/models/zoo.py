@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax import op as O
@@ -274,3 +275,16 @@ NETWORKS: dict[str, Callable[[], tvm.IRModule]] = {
     "chain256": lambda: conv_chain(256),
     "chain1024": lambda: conv_chain(1024),
 }
+
+
+def with_constant_weights(mod: tvm.IRModule, seed: int = 0) -> tvm.IRModule:
+    """``mod`` with every parameter of ``main`` but the first bound to random
+    constant weights (normal, scaled by 1/sqrt(fan-in)), as a deployed model
+    holds them."""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for param in mod["main"].params[1:]:
+        shape = [int(d) for d in param.ty.shape.values]
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        weights[param.name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype("float32")
+    return relax.transform.BindParams("main", weights)(mod)
