@@ -1,4 +1,4 @@
-"""The ``texscope`` command: build, demo, explain, run, ops."""
+"""The ``texscope`` command: build, demo, explain, run, calibrate, ops."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def cmd_ops(_args) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="texscope", description=__doc__)
+    parser = argparse.ArgumentParser(prog="texscope", description="texture or buffer, for every tensor of a TVM Relax model on mobile GPUs")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("build", help="build a model for a mobile GPU")
     p.add_argument("model", help=MODEL_HELP)
