@@ -551,7 +551,12 @@ def support_for(call: relax.Call, mod: tvm.IRModule) -> OpSupport:
     pattern: it is opaque, buffers in and out.  The pipeline inlines or
     refuses calls between Relax functions before it asks.)
     """
+    # The operator is looked up once: an operator key of another operator
+    # cannot match, and asking each one costs an FFI round trip per entry.
+    op, _ = recorded_op(call, mod)
     for entry in entries():
+        if isinstance(entry.key, OpKey) and entry.key.op != op:
+            continue
         if entry.key.matches(call, mod):
             return entry
     return OPAQUE
