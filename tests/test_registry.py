@@ -172,3 +172,13 @@ def test_a_direct_call_of_a_relax_function_is_opaque():
     plan = collect_producer(collect_consumer(rules.PublicCallee, "main",
                                              texscope.texture_target(ADRENO)))
     assert plan.of("x").scope == plan.of("b").scope == "global"
+
+
+def test_fan_in_sums_the_axes_each_weight_layout_reduces():
+    # conv2d OIHW (8, 3, 5, 5): 3 input channels times a 5x5 window per output.
+    assert registry.fan_in("relax.nn.conv2d", [8, 3, 5, 5]) == 75
+    # conv2d_transpose IOHW (3, 8, 5, 5): the first axis is the input channels.
+    assert registry.fan_in("relax.nn.conv2d_transpose", [3, 8, 5, 5]) == 75
+    # matmul's weight (K, N): K products per output.
+    assert registry.fan_in("relax.matmul", [64, 10]) == 64
+    assert registry.OPERAND_ROLES[("relax.nn.batch_norm", 4)] == "variance"

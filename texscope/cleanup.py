@@ -15,11 +15,10 @@ import tvm
 from tvm import relax
 
 from .knowledge import registry
-from .ir.graph import relax_bindings
+from .ir.graph import TO_VDEVICE, relax_bindings
 from .ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from .knowledge.targets import BUFFER_SCOPE, is_texture_scope
 
-TO_VDEVICE = "relax.to_vdevice"
 _HINT = tvm.ir.Op.get("relax.hint_on_device")
 
 

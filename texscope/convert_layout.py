@@ -28,7 +28,7 @@ from .rewrites.clip_bounds import ClipAsMaxMin
 from .rewrites.decompose import DecomposeForGPU
 from .errors import TexscopeError
 from .rewrites.fold_constants import fold_constants
-from .ir.graph import relax_bindings, require_shapes
+from .ir.graph import CALL_TIR, relax_bindings, require_shapes
 from .rewrites.legalize import legalization_of, legalize_map
 from .rewrites.pad_channels import PadChannels
 from .ir.rebuild import Rebuilder
@@ -41,7 +41,7 @@ def _recording(op_name: str, fields: list[str]):
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         lowered = default(bb, call)
         if isinstance(lowered, relax.Call) and isinstance(lowered.op, tvm.ir.Op) \
-                and lowered.op.name == "relax.call_tir":
+                and lowered.op.name == CALL_TIR:
             gvar = lowered.args[0]
             record = {"op": op_name, **{f: str(getattr(call.attrs, f)) for f in fields}}
             bb.update_func(gvar, bb.get()[gvar].with_attr(registry.OP_RECORD_ATTR, record))

@@ -16,10 +16,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, s_tir
 
-from ..ir.graph import relax_bindings
+from ..ir.graph import CALL_TIR, relax_bindings
 from ..ir.rebuild import Rebuilder, replace_functions
-
-CALL_TIR = "relax.call_tir"
 
 
 def _scopes(ty) -> tuple[str, ...]:

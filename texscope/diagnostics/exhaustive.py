@@ -25,7 +25,7 @@ from ..cleanup import Cleanup
 from ..collect_consumer import ConsumerInfo, collect_consumer
 from ..collect_producer import ProducerInfo, plan_of, writable
 from ..define_vdevice import define_vdevice
-from ..ir.graph import dps_inputs, relax_bindings, tensor_types
+from ..ir.graph import TO_VDEVICE, dps_inputs, relax_bindings, tensor_types
 from ..knowledge import registry
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope
@@ -121,7 +121,7 @@ def realized_price(mod: tvm.IRModule, texture: TextureTarget) -> float:
         call = binding.value
         if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
             continue
-        if call.op.name == "relax.to_vdevice":
+        if call.op.name == TO_VDEVICE:
             total += _bytes(call.args[0].ty) + prices.copy_launch_bytes
             continue
         support = registry.support_for(call, mod)

@@ -28,13 +28,7 @@ def explain(report: Report, tensor: str | None = None) -> str:
     """A table per tensor (and its neighbours, with ``tensor``), the copies, totals."""
     rows = list(report.tensors)
     if tensor is not None:
-        chosen = {(r.function, r.index) for r in rows if r.name == tensor}
-        if not chosen:
-            raise TexscopeError(f"no tensor named {tensor!r} in the report")
-        near = set(chosen)
-        for e in report.edges:
-            if (e.function, e.source) in chosen or (e.function, e.target) in chosen:
-                near |= {(e.function, e.source), (e.function, e.target)}
+        near = _focus(report, tensor)
         rows = [r for r in rows if (r.function, r.index) in near]
     producers = {(e.function, e.target): e.kernel for e in report.edges}
     header = ("tensor", "producer", "shape", "bytes", "scope", "reason", "consumers")

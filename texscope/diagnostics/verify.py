@@ -20,12 +20,12 @@ from ..knowledge import registry
 from ..errors import TexscopeError
 from .numerics import Comparison, compare  # noqa: F401  (verify's API)
 from ..ir.graph import (DPS_OPS, Constant, annotated_functions, dps_inputs, relax_bindings,
-                        static_shape, tensor_types)
+                        TO_VDEVICE, static_shape, tensor_types)
 from ..ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope, texture_target
 
-MOVES = frozenset({"relax.to_vdevice", "relax.hint_on_device"})
+MOVES = frozenset({TO_VDEVICE, "relax.hint_on_device"})
 
 
 @attrs.frozen
@@ -216,34 +216,10 @@ def _flatten(value):
 tvm_ffi_array = type(tvm.runtime.convert([1]))
 
 
-# What a parameter is to the operator that reads it, by (operator, operand):
-# test data must be valid for its operators, so weights are scaled by their
-# fan-in and batch-norm statistics are near the identity (variances positive).
-_ROLES = {
-    ("relax.nn.conv2d", 1): "weight",
-    ("relax.nn.conv2d_transpose", 1): "weight",
-    ("relax.matmul", 1): "weight",
-    ("relax.nn.batch_norm", 1): "scale",
-    ("relax.nn.batch_norm", 2): "shift",
-    ("relax.nn.batch_norm", 3): "shift",
-    ("relax.nn.batch_norm", 4): "variance",
-    ("relax.nn.layer_norm", 1): "scale",
-    ("relax.nn.layer_norm", 2): "shift",
-}
-
-
-def fan_in(op: str, shape: list[int]) -> int:
-    """Inputs summed into one output element by a weight of this shape."""
-    if op == "relax.matmul":
-        return shape[-2]
-    if op == "relax.nn.conv2d_transpose":  # IOHW
-        return shape[0] * math.prod(shape[2:])
-    return math.prod(shape[1:])  # OIHW: per group, input channels times window
-
-
 def parameter_roles(mod: tvm.IRModule) -> dict[relax.Var, tuple[str, str]]:
-    """Per parameter of ``main`` read directly by an operator listed in the
-    table above, its role and that operator."""
+    """Per parameter of ``main`` read directly by an operator listed in
+    :data:`texscope.knowledge.registry.OPERAND_ROLES`, its role and that
+    operator."""
     roles = {}
     params = set(mod["main"].params)
     for _, binding in relax_bindings(mod, [mod.get_global_var("main")]):
@@ -251,7 +227,7 @@ def parameter_roles(mod: tvm.IRModule) -> dict[relax.Var, tuple[str, str]]:
         if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
             continue
         for operand, arg in enumerate(call.args):
-            role = _ROLES.get((call.op.name, operand))
+            role = registry.OPERAND_ROLES.get((call.op.name, operand))
             if role is not None and arg in params:
                 roles.setdefault(arg, (role, call.op.name))
     return roles
@@ -282,7 +258,7 @@ def random_inputs(mod: tvm.IRModule, seed: int = 0,
         shape = [_extent(d, sizes or {}, param.name) for d in param.ty.shape.values]
         role, op = roles.get(param, ("data", ""))
         if role == "weight":
-            high = math.sqrt(3.0 / max(fan_in(op, shape), 1))
+            high = math.sqrt(3.0 / max(registry.fan_in(op, shape), 1))
             low = -high
         else:
             low, high = {"scale": (0.75, 1.25), "shift": (-0.25, 0.25),

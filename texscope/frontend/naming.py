@@ -19,7 +19,7 @@ from tvm import relax
 
 from ..convert_layout import ConvertToPackedLayout
 from ..errors import TexscopeError
-from ..ir.graph import dps_inputs, relax_bindings
+from ..ir.graph import CALL_TIR, dps_inputs, relax_bindings
 
 _MARKER = re.compile(r"__texscope_(\d+)__")
 # Prefixes and numbering TVM gives the PrimFuncs it legalizes to.
@@ -58,7 +58,7 @@ def mark_names(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
 
 def _operation(value) -> str:
     if isinstance(value, relax.Call):
-        if isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.call_tir":
+        if isinstance(value.op, tvm.ir.Op) and value.op.name == CALL_TIR:
             return _KERNEL_NAME.match(value.args[0].name_hint).group(1) or "kernel"
         if isinstance(value.op, tvm.ir.Op):
             return value.op.name.rsplit(".", 1)[-1]

@@ -21,7 +21,10 @@ from ..knowledge.targets import TextureFit, TextureTarget
 Constant = tvm.ir.expr.GenericConst
 
 # Calls in destination-passing style: (callee, (inputs...), ...) -> ty_args[0].
-DPS_OPS = frozenset({"relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed"})
+# Operators every module reads the same way, whatever the model.
+CALL_TIR = "relax.call_tir"
+TO_VDEVICE = "relax.to_vdevice"
+DPS_OPS = frozenset({CALL_TIR, "relax.call_tir_inplace", "relax.call_dps_packed"})
 
 @attrs.frozen
 class Tensor:
@@ -213,7 +216,7 @@ class _Builder:
 
     def add_call(self, var: relax.Var, call: relax.Call) -> None:
         name = var.name
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == CALL_TIR:
             callee = call.args[0]
             if callee not in self.support_of_callee:
                 self.support_of_callee[callee] = registry.support_for(call, self.mod)

@@ -10,6 +10,7 @@ legalized PrimFunc by its ``op_pattern``.  Users add entries with
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -409,6 +410,36 @@ REDUCING_OPS = (
     ("relax.matmul", "a matrix product"),
 )
 
+# What a parameter is to the operator that reads it, by (operator, operand):
+# test data must be valid for its operators (texscope.diagnostics.verify draws
+# weights scaled by their fan-in, batch-norm statistics near the identity with
+# positive variances).
+OPERAND_ROLES: Mapping[tuple[str, int], str] = {
+    ("relax.nn.conv2d", 1): "weight",
+    ("relax.nn.conv2d_transpose", 1): "weight",
+    ("relax.matmul", 1): "weight",
+    ("relax.nn.batch_norm", 1): "scale",
+    ("relax.nn.batch_norm", 2): "shift",
+    ("relax.nn.batch_norm", 3): "shift",
+    ("relax.nn.batch_norm", 4): "variance",
+    ("relax.nn.layer_norm", 1): "scale",
+    ("relax.nn.layer_norm", 2): "shift",
+}
+# The axes of a weight summed into one output element; every axis but the
+# first where an operator is not listed (OIHW: per group, input channels
+# times the window).
+FAN_IN_AXES: Mapping[str, tuple[int, ...]] = {
+    "relax.matmul": (-2,),
+    "relax.nn.conv2d_transpose": (0, 2, 3),  # IOHW
+}
+
+
+def fan_in(op: str, shape: Sequence[int]) -> int:
+    """Inputs summed into one output element by a weight of ``shape``."""
+    axes = FAN_IN_AXES.get(op, tuple(range(1, len(shape))))
+    return math.prod(shape[axis] for axis in axes)
+
+
 BUILTIN: tuple[OpSupport, ...] = (
     OpSupport(
         name="grouped_conv2d_nchw4c",
@@ -433,8 +464,8 @@ BUILTIN: tuple[OpSupport, ...] = (
         # ConvertLayout would push a packed input layout into it and fail.
         layout_attrs=("data_layout", "kernel_layout", "out_layout"),
         sync=NO_SYNC,
-        note="one stage 1 cannot rewrite as a conv of its zero-inserted data (grouped, "
-        "symbolic): no packed kernel, reads buffers",
+        note="one stage 1 cannot rewrite as a conv of its zero-inserted data (of symbolic "
+        "size, or padded beyond its kernel's reach): no packed kernel, reads buffers",
     ),
     OpSupport(
         name="conv2d_unpacked",

@@ -20,7 +20,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import TexscopeError
-from ..ir.graph import Constant as RelaxConstant, relax_bindings
+from ..ir.graph import CALL_TIR, TO_VDEVICE, Constant as RelaxConstant, relax_bindings
 from ..knowledge.scopes import BUFFER_SCOPE
 from .plan import TensorSpec
 from .tir_sizes import size_text
@@ -157,14 +157,14 @@ class _Walker:
         name = self.unique_name(var)
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
             op = expr.op.name
-            if op == "relax.call_tir" and len(expr.args) == 2:
+            if op == CALL_TIR and len(expr.args) == 2:
                 inputs = self.value(expr.args[1], name)
                 outputs = self.fields(name, var.ty)
                 self.steps.append(KernelCall(name, expr.args[0].name_hint,
                                              (*_flat(inputs), *outputs)))
                 self.values[var] = outputs if isinstance(var.ty, relax.TupleType) else outputs[0]
                 return
-            if op == "relax.to_vdevice":
+            if op == TO_VDEVICE:
                 source, target = self.value(expr.args[0], name), self.spec(name, var.ty)
                 self.steps.append(Copy(name, source, target))
                 self.values[var] = target

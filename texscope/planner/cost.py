@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from ..knowledge import registry
-from ..ir.graph import dps_inputs, relax_bindings, static_shape
+from ..ir.graph import TO_VDEVICE, dps_inputs, relax_bindings, static_shape
 from ..knowledge.registry import Storage
 from ..knowledge.targets import is_texture_scope, texture_target
 
@@ -106,7 +106,7 @@ def _in_texture(ty) -> bool:
 
 def _is_copy(call) -> bool:
     return isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) \
-        and call.op.name == "relax.to_vdevice"
+        and call.op.name == TO_VDEVICE
 
 
 def copies_in(mod: tvm.IRModule) -> int:

@@ -30,7 +30,7 @@ from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm.topi.nn.utils import get_pad_tuple
 from tvm.topi.utils import get_const_tuple
 
-from ..ir.graph import relax_bindings, static_shape
+from ..ir.graph import CALL_TIR, relax_bindings, static_shape
 from ..knowledge import registry
 
 
@@ -148,7 +148,7 @@ def _same(a: tuple, b: tuple) -> bool:
 def _reusable(call: relax.Call, lowered: relax.Expr) -> bool:
     """Whether ``lowered`` is a plain ``call_tir`` of the call's own arguments."""
     return (isinstance(lowered, relax.Call) and isinstance(lowered.op, tvm.ir.Op)
-            and lowered.op.name == "relax.call_tir" and len(lowered.args) == 2
+            and lowered.op.name == CALL_TIR and len(lowered.args) == 2
             and isinstance(lowered.args[1], relax.Tuple)
             and len(lowered.args[1].fields) == len(call.args)
             and all(f.same_as(a) for f, a in zip(lowered.args[1].fields, call.args)))
