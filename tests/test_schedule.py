@@ -55,7 +55,7 @@ class _BeforeScheduling:
         self.module = None
 
     def run_before_pass(self, mod, info):
-        if info.name == "ApplyDefaultSchedule" and self.module is None:
+        if info.name == "texscope.ScheduleKernels" and self.module is None:
             self.module = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
 
 
