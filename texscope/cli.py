@@ -41,7 +41,10 @@ def _print_summary(result) -> None:
         print(f"kernels: {summary['kernels']}, {summary['kernels_with_images']} reading or writing images")
     if "codegen" in summary:
         print(f"code generation {summary['codegen']}")
-    print(f"build time: {summary['build_s'] * 1e3:.1f} ms")
+    threads = result.report.build.get("jobs")
+    print(f"build time: {summary['build_s'] * 1e3:.1f} ms"
+          + (f" ({threads} thread{'s' * (threads != 1)} scheduling and lowering kernels)"
+             if threads else ""))
 
 
 def _print_written(out_dir: Path) -> None:
@@ -69,6 +72,8 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
 
 def cmd_build(args) -> None:
     texture_target(args.target)  # a bad target is no fault of the model
+    if args.jobs is not None and args.jobs < 1:
+        raise TexscopeError(f"--jobs {args.jobs}: expected a whole number of threads, 1 or more")
     out = check_output_dir(args.output, args.force)
     model = load_model(args.model, args.module)
     try:
