@@ -9,7 +9,7 @@ from tvm.s_tir import dlight
 from tvm.script import tirx as T
 
 import texscope
-from conftest import ADRENO
+from conftest import ADRENO, BeforeScheduling
 from texscope.backend import parallel
 from texscope.backend.build import build
 from texscope.backend.schedule import ScheduleKernels, schedule_passes
@@ -58,18 +58,8 @@ def test_map_in_order_runs_on_several_threads_under_the_callers_context():
                                                                ("b", "opencl", 1)]
 
 
-@tvm.instrument.pass_instrument
-class _BeforeScheduling:
-    def __init__(self):
-        self.module = None
-
-    def run_before_pass(self, mod, info):
-        if info.name == "texscope.ScheduleKernels" and self.module is None:
-            self.module = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-
-
 def test_threads_schedule_as_dlights_apply_default_schedule_does():
-    capture = _BeforeScheduling()
+    capture = BeforeScheduling()
     with tvm.transform.PassContext(instruments=[capture]):
         build(zoo.NETWORKS["unet"](), "adreno-opencl", jobs=1)
     rules = schedule_passes()[0].rules
