@@ -53,6 +53,18 @@ def run_pass(pass_, mod: tvm.IRModule) -> tvm.IRModule:
     return out
 
 
+@tvm.instrument.pass_instrument
+class BeforeScheduling:
+    """Keeps the module a build schedules (the first ScheduleKernels' input)."""
+
+    def __init__(self):
+        self.module = None
+
+    def run_before_pass(self, mod, info):
+        if info.name == "texscope.ScheduleKernels" and self.module is None:
+            self.module = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+
+
 def with_ty_args(mod: tvm.IRModule) -> tvm.IRModule:
     """Copy each Relax operator binding's annotated type into its call's ty_args.
 

@@ -120,6 +120,13 @@ def test_export_writes_the_artifacts(builds, tmp_path):
     assert (out / "model.so").read_bytes()[:4] == b"\x7fELF"
 
 
+def test_the_host_code_is_compiled_at_opt_level_0_unless_a_host_is_named(builds):
+    # What tvm.compile was given as host, recorded by the build.
+    assert json.loads(builds["seed"].report.build["host"])["opt-level"] == 0
+    named = build(texscope.models.examples.Seed, "adreno-opencl", host="llvm")
+    assert "opt-level" not in json.loads(named.report.build["host"])
+
+
 def test_vulkan_annotates_and_says_why_it_cannot_compile():
     result = build(texscope.models.examples.Seed, "adreno-vulkan")
     assert result.executable is None

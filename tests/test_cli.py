@@ -21,6 +21,15 @@ def test_build_a_tvmscript_file(tmp_path, capsys):
         "report.svg"}
 
 
+def test_build_on_the_threads_asked_for(tmp_path, capsys):
+    assert main(["build", RULES, "--module", "Residual", "-o", str(tmp_path / "a"), "-j", "2"]) == 0
+    assert "(2 threads scheduling and lowering kernels)" in capsys.readouterr().out
+    assert main(["build", RULES, "--module", "Residual", "-o", str(tmp_path / "b"), "-j", "0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "texscope: error: --jobs 0: expected a whole number of threads, 1 or more")
+    assert not (tmp_path / "b").exists()
+
+
 def conv_relu_onnx(path):
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype("float32"), "w")

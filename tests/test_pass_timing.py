@@ -54,4 +54,4 @@ def test_build_profile_prints_the_passes_costliest_first(tmp_path):
     own = [float(row.group(1)) for row in rows]
     assert own == sorted(own, reverse=True)
     # Scheduling kernels is among the costliest passes of any build.
-    assert "ApplyDefaultSchedule" in [row.group(5) for row in rows[:5]]
+    assert "texscope.ScheduleKernels" in [row.group(5) for row in rows[:5]]

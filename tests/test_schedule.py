@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 
 import texscope
-from conftest import ADRENO, run_pass
+from conftest import ADRENO, BeforeScheduling, run_pass
 from modules import texel_cases
 from texscope.knowledge import registry
 from texscope.rewrites.legalize import REPLACED, once_per_signature
@@ -49,20 +49,10 @@ def _no_type_checks(monkeypatch):
     monkeypatch.setattr(_type_checker, "_type_check", refuse)
 
 
-@tvm.instrument.pass_instrument
-class _BeforeScheduling:
-    def __init__(self):
-        self.module = None
-
-    def run_before_pass(self, mod, info):
-        if info.name == "ApplyDefaultSchedule" and self.module is None:
-            self.module = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
-
-
 def test_texscopes_rules_schedule_without_pythons_type_checks(monkeypatch):
     """The same TIR, with none of TVM's per-call Python argument checks (most
     of a real model's scheduling time)."""
-    capture = _BeforeScheduling()
+    capture = BeforeScheduling()
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(zoo.NETWORKS["resnet"](), "adreno-opencl")
     convs = [f for g, f in capture.module.functions.items() if "conv2d" in g.name_hint]

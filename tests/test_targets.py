@@ -52,3 +52,17 @@ def test_a_shape_that_fits_mali_but_not_adreno():
     assert texscope.texture_target(ADRENO).fit(shape, "float32").scope is None
     mali = texscope.texture_target("mali-opencl")
     assert mali.fit(shape, "float32").scope == "global.texture"
+
+
+def test_the_host_is_llvm_at_opt_level_0_unless_one_is_named():
+    import tvm
+    from texscope.knowledge.targets import host_target, make_target
+
+    device = make_target("adreno-opencl")
+    assert host_target(None, device).export()["opt-level"] == 0
+    assert host_target(None, device).kind.name == "llvm"
+    assert "opt-level" not in host_target("llvm", device).export()
+    carried = tvm.target.Target(device, host={"kind": "llvm", "opt-level": 2})
+    assert host_target(None, carried).export()["opt-level"] == 2
+    with pytest.raises(texscope.TexscopeError, match="unknown target"):
+        host_target("no-such-kind", device)

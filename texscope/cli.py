@@ -41,7 +41,10 @@ def _print_summary(result) -> None:
         print(f"kernels: {summary['kernels']}, {summary['kernels_with_images']} reading or writing images")
     if "codegen" in summary:
         print(f"code generation {summary['codegen']}")
-    print(f"build time: {summary['build_s'] * 1e3:.1f} ms")
+    threads = result.report.build.get("jobs")
+    print(f"build time: {summary['build_s'] * 1e3:.1f} ms"
+          + (f" ({threads} thread{'s' * (threads != 1)} scheduling and lowering kernels)"
+             if threads else ""))
 
 
 def _print_written(out_dir: Path) -> None:
@@ -49,13 +52,14 @@ def _print_written(out_dir: Path) -> None:
 
 
 def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
-           profile: str | None = None, time_passes: bool = False) -> Path:
+           profile: str | None = None, time_passes: bool = False,
+           jobs: int | None = None) -> Path:
     print(f"building for {target}")
     if profile is not None:
         profile = cost_profile.load(profile)
         print(f"cost profile {profile.describe()}")
     result = build(model, target, host=host, log=_print_stage, profile=profile,
-                   time_passes=time_passes)
+                   time_passes=time_passes, jobs=jobs)
     out_dir = result.export(out)
     _print_summary(result)
     if time_passes:
@@ -68,11 +72,13 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
 
 def cmd_build(args) -> None:
     texture_target(args.target)  # a bad target is no fault of the model
+    if args.jobs is not None and args.jobs < 1:
+        raise TexscopeError(f"--jobs {args.jobs}: expected a whole number of threads, 1 or more")
     out = check_output_dir(args.output, args.force)
     model = load_model(args.model, args.module)
     try:
         _print_written(_build(model, args.target, out, args.host, args.cost_profile,
-                              args.profile))
+                              args.profile, args.jobs))
     except TexscopeError as err:
         raise TexscopeError(f"{args.model}: {err}") from None
 
@@ -216,14 +222,19 @@ def main(argv=None) -> int:
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
-    p.add_argument("--host", help="host target (default llvm); set TEXSCOPE_NDK_CC to cross-compile")
+    p.add_argument("--host", help="host target (default llvm at opt-level 0: host code only launches kernels); "
+                   "set TEXSCOPE_NDK_CC to cross-compile")
     p.add_argument("-o", "--output", required=True,
                    help="output directory: new, empty, or one texscope wrote before")
     p.add_argument("--force", action="store_true",
                    help="write into a non-empty directory texscope did not write")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.add_argument("--profile", action="store_true",
-                   help="print the time each pass of the build took, costliest first")
+                   help="print the time each pass of the build took, costliest first "
+                        "(built on one thread, so that each pass's time is its own)")
+    p.add_argument("-j", "--jobs", type=int,
+                   help="threads that schedule and lower kernels (default: $TEXSCOPE_JOBS, "
+                        "else one per CPU); the output is the same whatever the number")
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory: new, empty, or one texscope wrote "

@@ -39,6 +39,7 @@ from ..cleanup import FoldTextureCopies
 from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from .heap import keep_freed_memory
+from .parallel import build_jobs, jobs_limit, per_chunk
 from .memory import MemoryCapture, device_memory, with_sized_storages
 from ..frontend.naming import ConvertKeepingNames
 from ..opencl.executor import plan_of
@@ -52,7 +53,7 @@ from ..diagnostics.report_page import report_html
 from .schedule import schedule_passes
 from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
                          SplitPrimFuncsBySignature)
-from ..knowledge.targets import texture_target
+from ..knowledge.targets import host_target, texture_target
 from .. import opencl
 from ..diagnostics import verify
 
@@ -81,12 +82,13 @@ def RetypeTextureStore(func, _mod, _ctx):  # pylint: disable=invalid-name
 def _adreno_tir_triple():
     # TextureFlatten runs first here so the stores can be retyped before
     # vectorization; the Adreno pipeline's own TextureFlatten then finds none.
+    # Every pass of it lowers one function alone: the parts go to threads.
     return (
-        tvm.transform.Sequential([
+        per_chunk(tvm.transform.Sequential([
             s_tir.backend.adreno.transform.TextureFlatten(),
             RetypeTextureStore,
             adreno_tir.default_tir_pipeline(),
-        ]),
+        ]), name="texscope.LowerKernels"),
         compilation_pipeline.finalize_host_passes,
         compilation_pipeline.finalize_device_passes,
     )
@@ -138,7 +140,8 @@ def lower_passes(target: tvm.target.Target) -> list:
 class _CaptureKernelLaunches:
     """Keeps the TIR module right after host/device splitting, where each host
     function still has its tensor parameters and launches its kernels with
-    explicit thread extents: what an executor needs to run the kernels."""
+    explicit thread extents: what an executor needs to run the kernels.
+    Lowered in parts on several threads, the parts are joined again."""
 
     def __init__(self):
         self.modules = []
@@ -146,6 +149,10 @@ class _CaptureKernelLaunches:
     def run_after_pass(self, mod, info):
         if info.name == "tirx.SplitHostDevice":
             self.modules.append(mod)
+
+    def module(self) -> tvm.IRModule:
+        functions = {g: f for mod in self.modules for g, f in mod.functions.items()}
+        return tvm.IRModule(functions, attrs=self.modules[0].attrs)
 
 
 def _with_instrument(instrument) -> tvm.transform.PassContext:
@@ -257,7 +264,7 @@ def _device_source(executable) -> str:
 
 
 def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
-          time_passes: bool = False) -> BuildResult:
+          time_passes: bool = False, jobs: int | None = None) -> BuildResult:
     """Build ``mod`` for a texture-capable GPU target.
 
     Parameters
@@ -267,8 +274,10 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
     target : Target, tag, preset name or JSON
         e.g. ``"adreno-opencl"``, ``"qcom/adreno-opencl-texture"``, ``"mali-opencl"``.
     host : Target or str, optional
-        Host target; ``llvm`` by default.  Set ``TEXSCOPE_NDK_CC`` to export a
-        library for a phone.
+        Host target: the one ``target`` carries, else ``llvm`` at opt-level 0
+        (:data:`texscope.knowledge.targets.DEFAULT_HOST`: the host code only
+        checks arguments and launches kernels).  Set ``TEXSCOPE_NDK_CC`` to
+        export a library for a phone.
     log : callable, optional
         Called with (stage, seconds) as each stage finishes.
     profile : CostProfile, str or Path, optional
@@ -277,7 +286,12 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
         when None.
     time_passes : bool
         Time every pass (:class:`texscope.diagnostics.pass_timing.PassProfile`) into
-        ``BuildResult.pass_times``.
+        ``BuildResult.pass_times``; the build then runs on one thread, so that
+        each pass's time is its own.
+    jobs : int, optional
+        Threads that schedule and lower kernels (:mod:`texscope.backend.parallel`);
+        by default ``$TEXSCOPE_JOBS``, else one per CPU.  The output is the
+        same whatever the number.
 
     Returns
     -------
@@ -287,12 +301,18 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
     if time_passes:
         timing = PassProfile()
         with _with_instrument(timing):
-            result = build(mod, target, host, log, profile)
+            result = build(mod, target, host, log, profile, jobs=1)
         return attrs.evolve(result, pass_times=tuple(timing.passes()))
+    with jobs_limit(jobs):
+        return _build(mod, target, host, log, profile)
+
+
+def _build(mod, target, host, log, profile) -> BuildResult:
     texture = texture_target(target, profile)
-    device_target = tvm.target.Target(texture.target, host=host or "llvm")
+    device_target = tvm.target.Target(texture.target, host=host_target(host, texture.target))
     log = log or (lambda stage, seconds: None)
-    figures = {"cost_profile": texture.profile.origin}
+    figures = {"cost_profile": texture.profile.origin, "host": str(device_target.host),
+               "jobs": build_jobs()}
 
     def timed(stage, fn, *args):
         start = time.perf_counter()
@@ -320,7 +340,7 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
                 relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
                 tir_pipeline=TIR_PIPELINE,
             ))
-        (lowered,) = capture.modules
+        lowered = capture.module()
         memory = device_memory(planned.modules[-1])
         figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
         source = _device_source(executable)

@@ -30,6 +30,7 @@ from tvm.s_tir.schedule import _type_checker
 from ..errors import TexscopeError
 from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
+from .parallel import build_jobs, map_in_order
 
 
 def _is_type_checked(method) -> bool:
@@ -327,19 +328,60 @@ def RequireTextureKernelsOnThreads(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # 
     return mod
 
 
-def schedule_passes() -> list:
-    """The dlight rules, in the order they are tried (see the module docstring),
-    then a check that every texture kernel runs on GPU threads."""
+def _is_scheduled(func) -> bool:
+    return bool(func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.ScheduleKernels")
+class ScheduleKernels:  # pylint: disable=too-few-public-methods
+    """dlight's ``ApplyDefaultSchedule``, each kernel on a thread of its own.
+
+    Every unscheduled PrimFunc gets the schedule of the first rule that takes
+    it, under the target bound to it (``BindTarget``) or the current one.
+    Kernels are independent, so the module is the one
+    ``ApplyDefaultSchedule(*rules)`` makes, whatever ``jobs``.
+    """
+
+    def __init__(self, *rules: dlight.ScheduleRule, jobs: int | None = None):
+        self.rules = list(rules)
+        self.jobs = jobs
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        pending = [(gvar, func) for gvar, func in mod.functions.items()
+                   if isinstance(func, tvm.tirx.PrimFunc) and not _is_scheduled(func)]
+        current = tvm.target.Target.current(allow_none=True)
+        scheduled = map_in_order(lambda item: self._schedule(item[1], current), pending,
+                                 build_jobs() if self.jobs is None else self.jobs)
+        mod = tvm.IRModule(mod.functions, attrs=mod.attrs, global_infos=mod.global_infos)
+        for (gvar, _), func in zip(pending, scheduled):
+            if func is not None:
+                mod[gvar] = func
+        return mod
+
+    def _schedule(self, func: tvm.tirx.PrimFunc, current) -> tvm.tirx.PrimFunc | None:
+        target = func.attrs.get("target", current) if func.attrs is not None else current
+        for rule in self.rules:
+            space = rule.apply(func, target, False)
+            if space is not None:
+                (sch,) = [space] if isinstance(space, s_tir.Schedule) else space
+                return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+        return None
+
+
+def schedule_passes(jobs: int | None = None) -> list:
+    """The schedule rules, in the order they are tried (see the module
+    docstring), on ``jobs`` threads (:func:`texscope.backend.parallel.build_jobs`
+    when None), then a check that every texture kernel runs on GPU threads."""
     return [
-        dlight.ApplyDefaultSchedule(
+        ScheduleKernels(
             EpilogueConv2d(),
             _on_every_texture_target(dlight.adreno.LayoutTransform),
             TexelWriter(),
             TextureFallback(),
-        ),
-        dlight.ApplyDefaultSchedule(
+            # Kernels of no texture: TVM's generic GPU rules.
             dlight.gpu.Reduction(), _NoneOnScheduleError(dlight.gpu.GeneralReduction()),
-            dlight.gpu.Fallback()
+            dlight.gpu.Fallback(),
+            jobs=jobs,
         ),
         RequireTextureKernelsOnThreads,
     ]

@@ -1,0 +1,112 @@
+"""Kernels scheduled and lowered on several threads: the same output as on one."""
+
+import threading
+
+import pytest
+import tvm
+import tvm_ffi
+from tvm.s_tir import dlight
+from tvm.script import tirx as T
+
+import texscope
+from conftest import ADRENO, BeforeScheduling
+from texscope.backend import parallel
+from texscope.backend.build import build
+from texscope.backend.schedule import ScheduleKernels, schedule_passes
+from texscope.models import zoo
+
+
+def test_chunks_are_consecutive_runs_of_at_least_the_smallest_size():
+    assert parallel.chunks([1, 2, 3, 4, 5], 2) == [[1, 2, 3], [4, 5]]
+    assert parallel.chunks([1, 2, 3, 4, 5], 3, smallest=2) == [[1, 2, 3], [4, 5]]
+    # Too few for two parts of two: one part.
+    assert parallel.chunks([1, 2, 3], 2, smallest=2) == [[1, 2, 3]]
+    assert parallel.chunks([1, 2], 8) == [[1], [2]]
+
+
+def test_jobs_come_from_the_limit_then_the_environment_then_the_cpus(monkeypatch):
+    monkeypatch.delenv(parallel.JOBS_ENV, raising=False)
+    import os
+
+    assert parallel.build_jobs() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv(parallel.JOBS_ENV, "3")
+    assert parallel.build_jobs() == 3
+    with parallel.jobs_limit(5):
+        assert parallel.build_jobs() == 5
+    assert parallel.build_jobs() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(parallel.JOBS_ENV, bad)
+        with pytest.raises(texscope.TexscopeError, match=parallel.JOBS_ENV):
+            parallel.build_jobs()
+    with pytest.raises(texscope.TexscopeError, match="jobs=0"):
+        with parallel.jobs_limit(0):
+            pass
+
+
+def test_map_in_order_runs_on_several_threads_under_the_callers_context():
+    # Both tasks must be running at once to pass the barrier: one thread
+    # would wait for the other task forever (here: 20 s, then fail).
+    barrier = threading.Barrier(2, timeout=20)
+
+    def task(item):
+        barrier.wait()
+        return item, tvm.target.Target.current().kind.name, \
+            tvm.transform.PassContext.current().opt_level
+
+    with tvm.transform.PassContext(opt_level=1), ADRENO:
+        assert parallel.map_in_order(task, ["a", "b"], 2) == [("a", "opencl", 1),
+                                                               ("b", "opencl", 1)]
+
+
+def test_threads_schedule_as_dlights_apply_default_schedule_does():
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        build(zoo.NETWORKS["unet"](), "adreno-opencl", jobs=1)
+    rules = schedule_passes()[0].rules
+    with ADRENO:
+        expected = dlight.ApplyDefaultSchedule(*rules)(capture.module)
+        on_threads = ScheduleKernels(*rules, jobs=3)(capture.module)
+    assert len([f for f in capture.module.functions.values()
+                if isinstance(f, tvm.tirx.PrimFunc)]) > 3
+    tvm.ir.assert_structural_equal(on_threads, expected)
+
+
+@pytest.mark.parametrize("name", ["resnet", "mobilenet_v2"])
+def test_a_build_on_three_threads_equals_one_on_one(name):
+    mod = zoo.NETWORKS[name]()
+    one, three = build(mod, "adreno-opencl", jobs=1), build(mod, "adreno-opencl", jobs=3)
+    assert (one.report.build["jobs"], three.report.build["jobs"]) == (1, 3)
+    assert three.opencl_source == one.opencl_source
+    assert three.executable.as_text() == one.executable.as_text()
+    assert tvm_ffi.structural_equal(three.kernels, one.kernels)
+    assert tvm_ffi.structural_equal(three.module, one.module)
+
+
+@T.prim_func
+def copy(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+    for i in range(4):
+        b[i] = a[i]
+
+
+def _copies(count: int) -> tvm.IRModule:
+    return tvm.IRModule({f"copy{i}": copy.with_attr("global_symbol", f"copy{i}")
+                         for i in range(count)})
+
+
+def test_a_pipeline_runs_on_parts_of_two_functions_at_least_and_joins_them_in_order():
+    seen = []
+
+    @tvm.transform.module_pass(opt_level=0, name="record")
+    def record(mod, _ctx):
+        seen.append(sorted(g.name_hint for g in mod.functions))
+        return tvm.tirx.transform.AnnotateEntryFunc()(mod)
+
+    mod = _copies(5)
+    joined = parallel.per_chunk(record, jobs=4)(mod)
+    assert sorted(seen) == [["copy0", "copy1", "copy2"], ["copy3", "copy4"]]
+    assert [g.name_hint for g in joined.functions] == [g.name_hint for g in mod.functions]
+    # No part of one function: none became the module's entry point.
+    assert not any(f.attrs.get("tirx.is_entry_func", False) for f in joined.functions.values())
+    seen.clear()
+    parallel.per_chunk(record, jobs=4)(_copies(3))
+    assert seen == [["copy0", "copy1", "copy2"]]
