@@ -39,7 +39,7 @@ from ..cleanup import FoldTextureCopies
 from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from .heap import keep_freed_memory
-from .memory import MemoryCapture, device_memory, with_sized_storages
+from .memory import MemoryCapture, device_memory
 from ..frontend.naming import ConvertKeepingNames
 from ..opencl.executor import plan_of
 from ..opencl.source import kernel_signatures
@@ -50,6 +50,7 @@ from ..diagnostics.pass_timing import PassProfile
 from ..diagnostics.report import Report
 from ..diagnostics.report_page import report_html
 from .schedule import schedule_passes
+from .storage_plan import with_planned_storages
 from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
                          SplitPrimFuncsBySignature)
 from ..knowledge.targets import texture_target
@@ -129,8 +130,9 @@ def lower_passes(target: tvm.target.Target) -> list:
     return [
         KeepStorageChangesAsKernels,
         *relax.backend.gpu_generic.dataflow_lower_passes(target),
-        # TVM's planner oversizes storages of textures (backend/memory.py).
-        *with_sized_storages(relax.backend.gpu_generic.finalize_passes(target)),
+        # TVM's planner oversizes storages of textures (backend/memory.py) and
+        # shares them poorly (backend/storage_plan.py).
+        *with_planned_storages(relax.backend.gpu_generic.finalize_passes(target)),
     ]
 
 

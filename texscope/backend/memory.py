@@ -358,16 +358,6 @@ def SizeTextureStorages(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: dis
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def with_sized_storages(finalize: list) -> list:
-    """``finalize`` (TVM's finalize passes) with :func:`SizeTextureStorages`
-    right after its memory planning."""
-    names = [p.info.name for p in finalize]
-    if TVM_PLANNER not in names:
-        return list(finalize)
-    at = names.index(TVM_PLANNER) + 1
-    return [*finalize[:at], SizeTextureStorages, *finalize[at:]]
-
-
 @tvm.instrument.pass_instrument
 class MemoryCapture:
     """Keeps the Relax module right after memory planning and kill insertion."""
