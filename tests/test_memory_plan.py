@@ -9,7 +9,8 @@ from tvm import relax
 
 import texscope
 from texscope import opencl
-from texscope.backend import storage_plan
+from texscope.backend import memory_order, storage_plan
+from texscope.backend.memory_order import OrderForMemory
 from texscope.backend.memory import (MemoryCapture, SizeTextureStorages, buffers_as_images_peak,
                                      device_memory, _op_name)
 from texscope.backend.storage_plan import Assignment, Lifetime, PlanStorages, assign
@@ -21,7 +22,7 @@ from texscope.models import zoo
 
 from conftest import run_pass
 from modules import rules
-from modules.storage_reuse import SmallAfterBig
+from modules.storage_reuse import LateShrinks, SmallAfterBig
 
 TOLERANCE = dict(rtol=1e-3, atol=1e-3)
 PAGE = 4096
@@ -173,3 +174,38 @@ def test_a_models_texture_plan_needs_at_most_the_all_buffer_peak_plus_padding(me
     # These were over with TVM's planner: by 0.56, 0.21, 0.21 and 0.90 MiB.
     peak, allowance = _within_padding(load_tflite(mediapipe[f"{name}.tflite"]), channel_axis=3)
     assert peak <= allowance
+
+
+def _order(mod):
+    return [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
+
+
+def test_calls_that_free_their_input_run_as_soon_as_they_can():
+    ordered = run_pass(OrderForMemory, LateShrinks)
+    # b's shrink frees 2048 bytes for 256: it runs before c is made.  a, b, c
+    # (3 x 2048) were alive at once; now at most a, b and b's corner.
+    assert _order(LateShrinks) == ["a", "b", "c", "b2", "c2", "out"]
+    assert _order(ordered) == ["a", "b", "b2", "c", "c2", "out"]
+    peak = memory_order._Block(list(LateShrinks["main"].body.blocks[0].bindings), set())
+    assert peak.peak([0, 1, 2, 3, 4, 5]) == 3 * 2048
+    assert peak.peak([0, 1, 3, 2, 4, 5]) == 2 * 2048 + 256
+    # The same bindings, only moved.
+    assert {b.var.name: b.value for b in ordered["main"].body.blocks[0].bindings} == {
+        b.var.name: b.value for b in LateShrinks["main"].body.blocks[0].bindings}
+
+
+def test_an_order_no_better_is_left_alone():
+    ordered = run_pass(OrderForMemory, LateShrinks)
+    assert run_pass(OrderForMemory, ordered)["main"].same_as(ordered["main"])
+
+
+def test_inception_unpacks_early_and_needs_the_all_buffer_peak():
+    # Its softmax reads an NCHW copy of the shared packed tensor and it
+    # returns NCHW copies of the packed conv and pool outputs: in the
+    # program's order five tensors of 98 KiB were alive at the softmax
+    # against the all-buffer program's four and a half.
+    mod = zoo.with_constant_weights(zoo.NETWORKS["inception"]())
+    peak, allowance = _within_padding(mod, channel_axis=1)
+    assert peak == allowance
+    unordered = device_memory(_build(mod, disabled_pass=["texscope.OrderForMemory"])[1])
+    assert unordered.peak_bytes - peak == 100352 // 2

@@ -54,3 +54,34 @@ class SmallAfterBig:
         y = R.builtin.alloc_tensor(R.shape(SMALL), R.dtype("float32"), R.prim_value(0), R.str("global"))
         _5 = cls.add_corner(e, c, y)
         return y
+
+
+@I.ir_module(check_well_formed=False)
+class LateShrinks:
+    """b and c are read once each, by kernels that shrink them to a corner,
+    but both shrinks come last: b is alive beside a and c."""
+
+    @T.prim_func
+    def scale(x: T.Buffer(BIG, "float32"), y: T.Buffer(BIG, "float32")):
+        for i0, i1, i2, i3, i4 in T.grid(*BIG):
+            with T.sblock("y"):
+                y[i0, i1, i2, i3, i4] = x[i0, i1, i2, i3, i4] * T.float32(0.5) + T.float32(1)
+
+    @T.prim_func
+    def corner(x: T.Buffer(BIG, "float32"), y: T.Buffer(SMALL, "float32")):
+        for i0, i1, i2, i3, i4 in T.grid(*SMALL):
+            with T.sblock("y"):
+                y[i0, i1, i2, i3, i4] = x[i0, i1, i2 * 2, i3 * 4, i4]
+
+    @R.function
+    def main(x: R.Tensor(BIG, "float32")):
+        cls = LateShrinks
+        with R.dataflow():
+            a = R.call_tir(cls.scale, (x,), out_ty=R.Tensor(BIG, "float32"))
+            b = R.call_tir(cls.scale, (a,), out_ty=R.Tensor(BIG, "float32"))
+            c = R.call_tir(cls.scale, (a,), out_ty=R.Tensor(BIG, "float32"))
+            b2 = R.call_tir(cls.corner, (b,), out_ty=R.Tensor(SMALL, "float32"))
+            c2 = R.call_tir(cls.corner, (c,), out_ty=R.Tensor(SMALL, "float32"))
+            out = (b2, c2)
+            R.output(out)
+        return out

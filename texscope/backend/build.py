@@ -50,6 +50,7 @@ from ..diagnostics.pass_timing import PassProfile
 from ..diagnostics.report import Report
 from ..diagnostics.report_page import report_html
 from .schedule import schedule_passes
+from .memory_order import OrderForMemory
 from .storage_plan import with_planned_storages
 from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
                          SplitPrimFuncsBySignature)
@@ -128,6 +129,8 @@ def optimize_passes(target: tvm.target.Target) -> list:
 
 def lower_passes(target: tvm.target.Target) -> list:
     return [
+        # Unpacks of packed tensors come late; run them early (backend/memory_order.py).
+        OrderForMemory,
         KeepStorageChangesAsKernels,
         *relax.backend.gpu_generic.dataflow_lower_passes(target),
         # TVM's planner oversizes storages of textures (backend/memory.py) and

@@ -1,25 +1,43 @@
 """texscope's own storage assignment: best fit by tensor lifetime.
 
-TVM 0.27's ``StaticPlanBlockMemory`` hands a tensor the first freed storage
-whose size is within 16x of it, in program order, and a storage keeps its
-size for its whole life: a 64 KiB tensor that takes a freed 1 MiB storage
-holds the MiB until it dies, while later tensors need storages of their own.
-Texture plans suffer more than buffer plans, since their storages are sized
-by images (2-D extents, rows aligned) rather than bytes, so fewer of them are
-alike: on hand_recrop the texture plan's peak was 0.56 MiB over the
-all-buffer build's.
+TVM 0.27's ``StaticPlanBlockMemory`` hands each tensor, in program order, a
+freed storage whose size is within 16x of its own (growing a smaller one if
+need be), and a storage keeps its size for its whole life: a 64 KiB tensor
+that takes a freed 1 MiB storage holds the MiB until it dies, while the
+tensors made meanwhile need storages of their own.  Texture plans suffer
+more than buffer plans (on hand_recrop the peak was 0.56 MiB over the
+all-buffer build's), since an image storage is sized by the image's 2-D
+extent with aligned rows, and a plan that packs an RGB input or pads
+channels to texels makes tensors the buffer plan does not have.
 
 :func:`PlanStorages` runs right after ``StaticPlanBlockMemory`` and assigns
-again, per binding block, every storage the planner made whose tensors all
-have static shapes.  The tensors keep their places; only which storage each
-one lives in, and how large each storage is, change.  A storage lives from
-its first tensor's allocation to its last tensor's last use (where
-``KillAfterLastUse`` frees it), at the size of its largest tensor (an image's
-bytes with aligned rows where the tensor is one).  :func:`assign` places the
-tensors largest first; each goes into the storage, of its device and memory
-scope, that its lifetime does not overlap and that raises the running peak
-the least, then holds the fewest extra bytes for the fewest extra steps; a
-new storage of its own size is one of the choices.
+again, per binding block, every storage that planner made whose tensors are
+all of static shape, at offset 0, and read by nothing but calls and views.
+The tensors keep their places and types; only which storage each one lives
+in, and how large each storage is, change.  A storage lives from its first
+tensor's allocation to its last tensor's last use (``KillAfterLastUse``
+frees it there) and is as large as its largest tensor, an image's bytes
+with aligned rows where the tensor is one.  Tensors share storages only on
+one device and in one storage scope (TVM's rule; tensors of any texture
+flavour and buffers share a ``global`` storage, which the OpenCL runtime
+views as each tensor needs).
+
+:func:`assign` decides.  No plan can peak lower than every tensor in a
+storage of its own; sharing a storage saves allocations and what TVM's
+pooled allocator keeps, but holds the storage's bytes between its tensors.
+Tensors are placed largest first, so each storage is as large as its first
+tensor: each goes into the storage it wastes the least in (bytes times
+steps held beyond its own) among those whose tensors' lifetimes it does not
+overlap and which keep the plan's peak, counting every tensor not yet placed
+in a storage of its own, within a budget; else into a new storage.  A
+placement may have to run over the least peak while it is built (a later
+tensor filling a gap brings it back), so budgets from 0 to 100% over it are
+tried and the plan of least peak, then least pooled memory, then fewest
+storages is kept.  The peak is what the Relax VM needs with its naive
+allocator (``memory_cfg="naive"``) and what its default pooled allocator
+falls back to when the device runs out (it releases the blocks it keeps and
+retries); ``DeviceMemory.pooled_bytes`` is what the pooled one keeps
+otherwise.
 """
 
 from __future__ import annotations
@@ -33,9 +51,9 @@ from .memory import POOL_PAGE, TVM_PLANNER, SizeTextureStorages, _op_name, _stat
 
 ALLOC_STORAGE = "relax.memory.alloc_storage"
 ALLOC_TENSOR = "relax.memory.alloc_tensor"
-# Operators whose result is the same memory as their first argument.
 # How far over the least peak a placement may run while it is built.
 BUDGET_SLACKS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
+# Operators whose result is the same memory as their first argument.
 VIEWS = frozenset({"relax.reshape", "relax.memory.view", "relax.memory.ensure_zero_offset"})
 
 
@@ -119,19 +137,53 @@ def _pooled(storages: list[_Storage]) -> int:
     """What TVM's pooled allocator holds after a run of these storages
     (``memory._Lifetimes.pooled``: freed blocks serve later storages of the
     same page-rounded size)."""
-    events = sorted([(s.first, 1, -s.size) for s in storages]
-                    + [(s.last, 0, -s.size) for s in storages], key=lambda e: (e[0], -e[1]))
+    # At one step a storage is made before another is freed: both are live then.
+    events = sorted([(s.first, 0, s.size) for s in storages]
+                    + [(s.last, 1, s.size) for s in storages])
     free: dict[int, int] = {}
     held = 0
-    for _, allocated, size in events:
-        size = -(-(-size) // POOL_PAGE) * POOL_PAGE
-        if not allocated:
+    for _, freed, size in events:
+        size = -(-size // POOL_PAGE) * POOL_PAGE
+        if freed:
             free[size] = free.get(size, 0) + 1
         elif free.get(size):
             free[size] -= 1
         else:
             held += size
     return held
+
+
+def _fit_to_pool(storages: list[_Storage]) -> None:
+    """Grow storages to the size of a block TVM's pooled allocator holds free
+    when they are made, where that keeps the peak: the pool then serves
+    them instead of allocating again (it matches page-rounded sizes exactly)."""
+    if not storages:
+        return
+    steps = max(s.last for s in storages) + 2
+    profile = np.zeros(steps, dtype=np.int64)
+    for s in storages:
+        profile[s.first:s.last + 1] += s.size
+    peak = int(profile.max())
+    events = sorted([(s.first, 0, i) for i, s in enumerate(storages)]
+                    + [(s.last, 1, i) for i, s in enumerate(storages)])
+    free: dict[int, int] = {}
+    for _, freed, i in events:
+        storage = storages[i]
+        rounded = -(-storage.size // POOL_PAGE) * POOL_PAGE
+        if freed:
+            free[rounded] = free.get(rounded, 0) + 1
+            continue
+        if free.get(rounded):
+            free[rounded] -= 1
+            continue
+        top = int(profile[storage.first:storage.last + 1].max())
+        larger = sorted(size for size, count in free.items()
+                        if count and size > rounded and top + size - storage.size <= peak)
+        if larger:
+            grown = larger[0]
+            free[grown] -= 1
+            profile[storage.first:storage.last + 1] += grown - storage.size
+            storage.size = grown
 
 
 def _peak(storages: list[_Storage]) -> int:
@@ -163,6 +215,8 @@ def assign(lifetimes: list[Lifetime]) -> Assignment:
     plans = []
     for slack in BUDGET_SLACKS:
         plan, storages = _greedy(lifetimes, order, alone * (1 + slack))
+        _fit_to_pool(storages)
+        plan = attrs.evolve(plan, sizes=tuple(s.size for s in storages))
         plans.append(((_peak(storages), _pooled(storages), len(storages)), plan))
     return min(plans, key=lambda scored: scored[0])[1]
 

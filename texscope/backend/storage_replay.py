@@ -38,24 +38,21 @@ from .memory import _op_name, _storage_bytes, _tensor
 
 
 class _Storages:
-    """Tensor name -> the storage it is allocated from, its bytes, and whether
-    the tensor is made there (rather than a view of another's memory)."""
+    """Tensor name -> the storage it is allocated from and its bytes; the
+    program's calls in the order the planned module makes them."""
 
     def __init__(self):
         self.of: dict[str, object] = {}
         self.size: dict[object, int] = {}
         self.made: set[str] = set()
+        self.order: list[KernelCall] = []
 
 
-def _storage_map(planned: tvm.IRModule, program) -> _Storages:
-    """Match the program's calls (the module before lowering) to the planned
-    module's calls, in order, and name each tensor's storage."""
-    main = planned["main"]
-    storage_of: dict = {}  # planned var -> storage var
-    needed: dict = {}  # planned var -> bytes it needs of its storage
-    sizes: dict = {}
-    calls = []  # (callee name, args)
-    for block in main.body.blocks:
+def _planned_calls(planned: tvm.IRModule):
+    """(storage of each planned tensor, bytes each needs, storage sizes,
+    [(callee, tensor arguments)]) of the planned module's main, in order."""
+    storage_of, needed, sizes, calls = {}, {}, {}, []
+    for block in planned["main"].body.blocks:
         for binding in block.bindings:
             value, name = binding.value, _op_name(binding.value)
             if name == "relax.memory.alloc_storage":
@@ -63,42 +60,58 @@ def _storage_map(planned: tvm.IRModule, program) -> _Storages:
             elif name == "relax.memory.alloc_tensor":
                 storage_of[binding.var] = value.args[0]
                 needed[binding.var] = _tensor(planned, value, binding.var.ty).needed
-            elif isinstance(binding.value, relax.Var) and binding.value in storage_of:
-                storage_of[binding.var] = storage_of[binding.value]
+            elif isinstance(value, relax.Var) and value in storage_of:
+                storage_of[binding.var] = storage_of[value]
             elif isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
-                calls.append((value.op.name_hint, value.args))
+                calls.append((value.op.name_hint, [a for a in value.args if isinstance(a, relax.Var)]))
+            elif isinstance(value, relax.Call) and name == "relax.to_vdevice":
+                raise TexscopeError("run_in_storages does not run copies", "main", binding.var.name)
+    return storage_of, needed, sizes, calls
+
+
+def _storage_map(planned: tvm.IRModule, program) -> _Storages:
+    """Match the planned module's calls to the program's (the module before
+    lowering; the order may differ, ``OrderForMemory``) by callee and
+    arguments, and name each tensor's storage."""
+    storage_of, needed, sizes, calls = _planned_calls(planned)
+    constants = {c.tensor.name for c in program.constants}
+    steps = [s for s in program.steps if isinstance(s, KernelCall)]
+    tensors = [[t for t in s.tensors if t.name not in constants] for s in steps]
+    name_of = {param: spec.tensor.name for param, spec in
+               zip(planned["main"].params, program.inputs)}
     storages = _Storages()
     storages.size = sizes
-    position = 0
-    for step in program.steps:
-        if not isinstance(step, KernelCall):
-            continue
-        if position < len(calls) and calls[position][0] == step.function:
-            args = [a for a in calls[position][1] if isinstance(a, relax.Var)]
-            tensors = step.tensors
-            if len(args) != len(tensors):
-                raise TexscopeError(f"{step.function} takes {len(tensors)} tensors before "
-                                    f"lowering and {len(args)} after", "main", step.binding)
-            for spec, var in zip(tensors, args):
-                if var in storage_of and spec.name not in storages.of:
-                    storage = storage_of[var]
-                    if needed[var] > sizes[storage]:
-                        raise TexscopeError(
-                            f"{spec.name} needs {needed[var]} bytes of its storage "
-                            f"{storage.name}, which has {sizes[storage]}", "main", step.binding)
-                    storages.of[spec.name] = storage
-                    storages.made.add(spec.name)
-            position += 1
-        else:
-            # Lowered to a view (RewriteDataflowReshape): its outputs are the
-            # memory of its first input.
-            source = step.tensors[0].name
-            for spec in step.tensors[1:]:
-                if source in storages.of and not spec.is_texture:
-                    storages.of[spec.name] = storages.of[source]
-    if position != len(calls):
-        raise TexscopeError(f"the planned module calls {len(calls)} kernels, the program "
-                            f"{position} of them in order")
+    left = list(range(len(steps)))
+    for callee, args in calls:
+        match = next((i for i in left if steps[i].function == callee
+                      and len(tensors[i]) == len(args)
+                      and all(name_of.get(a, t.name) == t.name for a, t in zip(args, tensors[i]))),
+                     None)
+        if match is None:
+            raise TexscopeError(f"the planned module calls {callee} on tensors no call of the "
+                                "program reads")
+        left.remove(match)
+        storages.order.append(steps[match])
+        for var, spec in zip(args, tensors[match]):
+            name_of[var] = spec.name
+            if var in storage_of and spec.name not in storages.of:
+                storage = storage_of[var]
+                if needed[var] > sizes[storage]:
+                    raise TexscopeError(
+                        f"{spec.name} needs {needed[var]} bytes of its storage "
+                        f"{storage.name}, which has {sizes[storage]}", "main", steps[match].binding)
+                storages.of[spec.name] = storage
+                storages.made.add(spec.name)
+    for i in left:
+        # Lowered to a view (RewriteDataflowReshape): its outputs are the
+        # memory of its first input; run where the program runs it.
+        source = tensors[i][0].name
+        for spec in tensors[i][1:]:
+            if source in storages.of and not spec.is_texture:
+                storages.of[spec.name] = storages.of[source]
+        made_at = next((k + 1 for k, call in enumerate(storages.order)
+                        if source in {t.name for t in call.tensors}), 0)
+        storages.order.insert(made_at, steps[i])
     return storages
 
 
@@ -163,21 +176,21 @@ def run_in_storages(result, planned: tvm.IRModule, inputs, device=None, seed: in
         memory.upload(plan.spec(name), array)
     launcher = _Launcher(cl, source, memory, plan)
     seen = set(plan.inputs) | set(plan.constants)
+    launches: dict[str, list] = {}
     for step in plan.steps:
         if isinstance(step, CopyStep):
-            memory.copy(plan.spec(step.source), plan.spec(step.target))
-            seen.add(step.target)
-            continue
-        for arg in step.args:
-            name = getattr(arg, "tensor", None)
-            if name is not None and name not in seen:
-                seen.add(name)
-                if name in storages.made:
-                    memory.made(plan.spec(name))
-        launcher.launch(step)
+            raise TexscopeError("run_in_storages does not run copies", "main", step.binding)
+        launches.setdefault(step.binding, []).append(step)
+    for call in storages.order:
+        for spec in call.tensors:
+            if spec.name not in seen:
+                seen.add(spec.name)
+                if spec.name in storages.made:
+                    memory.made(spec)
+        for step in launches.get(call.binding, []):
+            launcher.launch(step)
     outputs = tuple(memory.download(plan.spec(name)) for name in plan.outputs)
-    return RunResult(outputs, (), images=memory.images(),
-                     copies=sum(isinstance(s, CopyStep) for s in plan.steps),
+    return RunResult(outputs, (), images=memory.images(), copies=0,
                      allocated_bytes=memory.allocated_bytes)
 
 
