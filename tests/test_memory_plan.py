@@ -136,7 +136,7 @@ def test_tensors_in_their_planned_storages_compute_the_cpu_numbers(name):
 
 def test_a_plan_sharing_a_storage_between_live_tensors_computes_wrong_numbers(monkeypatch):
     # Every tensor in one storage: the run must then read garbage.
-    monkeypatch.setattr(storage_plan, "assign", lambda lifetimes: Assignment(
+    monkeypatch.setattr(storage_plan, "assign", lambda lifetimes, *_: Assignment(
         (0,) * len(lifetimes), (max(t.need for t in lifetimes),)))
     mod = SMALL_NETWORKS["resnet"]()
     result, planned = _build(mod, opencl.device_target())
@@ -146,7 +146,7 @@ def test_a_plan_sharing_a_storage_between_live_tensors_computes_wrong_numbers(mo
 
 
 def test_a_tensor_larger_than_its_storage_is_refused(monkeypatch):
-    monkeypatch.setattr(storage_plan, "assign", lambda lifetimes: Assignment(
+    monkeypatch.setattr(storage_plan, "assign", lambda lifetimes, *_: Assignment(
         tuple(range(len(lifetimes))), tuple(t.need - 16 for t in lifetimes)))
     result, planned = _build(rules.Residual, opencl.device_target())
     with pytest.raises(TexscopeError, match="needs .* bytes of its storage"):

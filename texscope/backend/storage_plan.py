@@ -42,15 +42,19 @@ otherwise.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import numpy as np
 import tvm
 from tvm import relax
 
-from .memory import POOL_PAGE, TVM_PLANNER, SizeTextureStorages, _op_name, _static_shape, _tensor
+from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, _op_name, _static_shape,
+                     _storage_bytes, _tensor)
 
 ALLOC_STORAGE = "relax.memory.alloc_storage"
 ALLOC_TENSOR = "relax.memory.alloc_tensor"
+BUILTIN_ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 # How far over the least peak a placement may run while it is built.
 BUDGET_SLACKS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
 # Operators whose result is the same memory as their first argument.
@@ -94,14 +98,13 @@ class _Storage:
         return ()
 
 
-def _greedy(lifetimes: list[Lifetime], order: list[int], budget: float):
+def _greedy(lifetimes: list[Lifetime], order: list[int], budget: float, base: np.ndarray):
     """Place tensors in ``order`` (largest first): each into the storage it
     wastes least in (bytes x steps held beyond its own) without taking the
     plan's running peak over ``budget``, else into a new storage."""
-    steps = max(t.end for t in lifetimes) + 1
     # Bytes live per step, every tensor not yet placed counted in a storage
     # of its own: the finished plan's profile so far, exactly.
-    profile = np.zeros(steps, dtype=np.int64)
+    profile = base.copy()
     for t in lifetimes:
         profile[t.start:t.end + 1] += t.need
     storages: list[_Storage] = []
@@ -153,14 +156,13 @@ def _pooled(storages: list[_Storage]) -> int:
     return held
 
 
-def _fit_to_pool(storages: list[_Storage]) -> None:
+def _fit_to_pool(storages: list[_Storage], base: np.ndarray) -> None:
     """Grow storages to the size of a block TVM's pooled allocator holds free
     when they are made, where that keeps the peak: the pool then serves
     them instead of allocating again (it matches page-rounded sizes exactly)."""
     if not storages:
         return
-    steps = max(s.last for s in storages) + 2
-    profile = np.zeros(steps, dtype=np.int64)
+    profile = base.copy()
     for s in storages:
         profile[s.first:s.last + 1] += s.size
     peak = int(profile.max())
@@ -186,16 +188,26 @@ def _fit_to_pool(storages: list[_Storage]) -> None:
             storage.size = grown
 
 
-def _peak(storages: list[_Storage]) -> int:
-    steps = max(s.last for s in storages) + 1
-    profile = np.zeros(steps + 1, dtype=np.int64)
+def _peak(storages: list[_Storage], base: np.ndarray) -> int:
+    profile = base.copy()
     for s in storages:
-        profile[s.first] += s.size
-        profile[s.last + 1] -= s.size
-    return int(np.cumsum(profile).max())
+        profile[s.first:s.last + 1] += s.size
+    return int(profile.max())
 
 
-def assign(lifetimes: list[Lifetime]) -> Assignment:
+def _storages_of(lifetimes: list[Lifetime], plan: Assignment) -> list[_Storage]:
+    storages = [_Storage(None, size, 1 << 62, -1) for size in plan.sizes]
+    for storage in storages:
+        storage.intervals = []
+    for t, index in zip(lifetimes, plan.storage):
+        storage = storages[index]
+        storage.group = t.group
+        storage.first, storage.last = min(storage.first, t.start), max(storage.last, t.end)
+        storage.intervals.append((t.start, t.end))
+    return [s for s in storages if s.intervals]
+
+
+def assign(lifetimes: list[Lifetime], background=(), given: Assignment | None = None) -> Assignment:
     """Storages for ``lifetimes``, best fit by lifetime (see the module docstring).
 
     Tensors are placed largest first, so each storage is as large as its
@@ -204,20 +216,39 @@ def assign(lifetimes: list[Lifetime]) -> Assignment:
     can have is every tensor in a storage of its own; a storage shared
     holds its bytes between its tensors too.  Greedy placements that may
     run over that least peak by a budget of 0 to 100% (placing later tensors
-    in gaps can bring a plan back under it) are compared, and the one of
-    least peak, then least memory held by TVM's pooled allocator, then
-    fewest storages is kept.
+    in gaps can bring a plan back under it), and ``given`` (TVM's), are
+    compared, and the one of least peak, then least memory held by TVM's
+    pooled allocator, then fewest storages is kept.
+
+    Parameters
+    ----------
+    lifetimes : list of Lifetime
+        The tensors to place.
+    background : sequence of (start, end, bytes)
+        Memory alive meanwhile that is not placed here (storages of symbolic
+        tensors, the function's results): it counts in the peak.
+    given : Assignment, optional
+        An assignment of ``lifetimes`` to weigh too.
     """
     if not lifetimes:
         return Assignment((), ())
+    steps = max([t.end for t in lifetimes] + [end for _, end, _ in background]) + 1
+    base = np.zeros(steps, dtype=np.int64)
+    for start, end, size in background:
+        base[start:end + 1] += size
     order = sorted(range(len(lifetimes)), key=lambda i: (-lifetimes[i].need, lifetimes[i].start, i))
-    alone = _peak([_Storage(t.group, t.need, t.start, t.end) for t in lifetimes])
+    alone = _peak([_Storage(t.group, t.need, t.start, t.end) for t in lifetimes], base)
     plans = []
+    # The pool serves the memory not placed here too, from blocks freed before.
+    fixed = [_Storage(None, size, start, end) for start, end, size in background]
+    if given is not None:
+        storages = _storages_of(lifetimes, given)
+        plans.append(((_peak(storages, base), _pooled(storages + fixed), len(storages)), given))
     for slack in BUDGET_SLACKS:
-        plan, storages = _greedy(lifetimes, order, alone * (1 + slack))
-        _fit_to_pool(storages)
+        plan, storages = _greedy(lifetimes, order, alone * (1 + slack), base)
+        _fit_to_pool(storages, base)
         plan = attrs.evolve(plan, sizes=tuple(s.size for s in storages))
-        plans.append(((_peak(storages), _pooled(storages), len(storages)), plan))
+        plans.append(((_peak(storages, base), _pooled(storages + fixed), len(storages)), plan))
     return min(plans, key=lambda scored: scored[0])[1]
 
 
@@ -263,20 +294,30 @@ class _Held:
     lifetime: Lifetime
 
 
-def _held_tensors(mod: tvm.IRModule, bindings, read_later: set) -> list[_Held]:
+def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
     """The tensors of one binding block that texscope may place again: those
     of static storages whose every tensor is static, at offset 0, and
-    which nothing but their tensors reads.  ``read_later``: variables read
-    after the block (a tensor read there lives to its end)."""
-    storages: dict = {}  # storage var -> (group, placeable)
+    which nothing but their tensors reads; and (start, end, bytes) of the
+    memory it may not, taken to live to the block's end (the function's
+    results, allocated as ``builtin.alloc_tensor``, and the other storages).
+    ``read_later``: variables read after the block (a tensor read there lives
+    to its end)."""
+    storages: dict = {}  # storage var -> [group, placeable, binding, bytes]
     tensors: dict = {}  # tensor var -> [binding, storage, need, last use]
     roots: dict = {}  # var -> the tensors whose memory it is
+    results: list = []
     for j, binding in enumerate(bindings):
         value, name = binding.value, _op_name(binding.value)
         if name == ALLOC_STORAGE:
-            group = _device_group(mod, value)
-            storages[binding.var] = [group, _static_shape(value.args[0]) is not None]
+            static = _static_shape(value.args[0]) is not None
+            storages[binding.var] = [_device_group(mod, value), static, j,
+                                     _storage_bytes(value) if static else 0]
             continue
+        if name == BUILTIN_ALLOC_TENSOR:
+            shape = _static_shape(value.args[0])
+            if shape is not None:
+                dtype = tvm.DataType(str(value.args[1].value))
+                results.append((j, len(bindings), math.prod(shape) * dtype.bits * dtype.lanes // 8))
         if name == ALLOC_TENSOR and value.args[0] in storages:
             storage = value.args[0]
             offset = value.args[1]
@@ -302,8 +343,11 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set) -> list[_Held]:
         if var in read_later:
             for root in aliased:
                 tensors[root][3] = len(bindings)
-    return [_Held(j, storage, Lifetime(j, last, need, storages[storage][0]))
+    held = [_Held(j, storage, Lifetime(j, last, need, storages[storage][0]))
             for var, (j, storage, need, last) in tensors.items() if storages[storage][1]]
+    others = [(j, len(bindings), size) for _, placeable, j, size in storages.values()
+              if not placeable]
+    return held, results + others
 
 
 def _read_after(func: relax.Function, block_index: int) -> set:
@@ -316,10 +360,18 @@ def _read_after(func: relax.Function, block_index: int) -> set:
 
 def _replanned_block(mod: tvm.IRModule, builder: relax.BlockBuilder, block, read_later: set):
     bindings = list(block.bindings)
-    held = _held_tensors(mod, bindings, read_later)
+    held, background = _held_tensors(mod, bindings, read_later)
     if not held:
         return block
-    plan = assign([h.lifetime for h in held])
+    # TVM's own assignment, each storage sized by its largest tensor.
+    index: dict = {}
+    for h in held:
+        index.setdefault(h.storage, len(index))
+    sizes = [0] * len(index)
+    for h in held:
+        sizes[index[h.storage]] = max(sizes[index[h.storage]], h.lifetime.need)
+    tvms = Assignment(tuple(index[h.storage] for h in held), tuple(sizes))
+    plan = assign([h.lifetime for h in held], background, tvms)
     by_binding = {h.binding: (h, plan.storage[i]) for i, h in enumerate(held)}
     old = {h.storage for h in held}
     origin = {}  # storage var -> its alloc_storage call
