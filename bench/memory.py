@@ -25,9 +25,12 @@ allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
   texscope's peak exceeds the all-buffer peak plus the padding by (the target
   is <= 0).  A weight that is a parameter (the zoo's) is packed on every run,
   beside the original: that copy is not padding and shows in ``over``;
-- ``pooled``: what TVM's pooled allocator holds after one run of the
-  all-buffer build and of texscope's (``pooled_bytes``: freed storages are
-  kept for storages of the same page-rounded size, never given back).
+- ``pooled``: what TVM's pooled allocator (the Relax VM's default) holds
+  after one run of the all-buffer build, of texscope's with TVM's planner
+  and of texscope's (``pooled_bytes``: freed storages are kept for storages
+  of the same page-rounded size and given back only when the device runs
+  out).  texscope's planner takes the least peak first, so where holding
+  the storages longer would save the pool blocks, this can be higher.
 
 Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
 .tflite models of ``texscope.models.corpus`` (weights are constants),

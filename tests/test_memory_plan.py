@@ -209,3 +209,14 @@ def test_inception_unpacks_early_and_needs_the_all_buffer_peak():
     assert peak == allowance
     unordered = device_memory(_build(mod, disabled_pass=["texscope.OrderForMemory"])[1])
     assert unordered.peak_bytes - peak == 100352 // 2
+
+
+def test_a_block_with_a_match_cast_keeps_its_order():
+    # Size variables a match_cast defines are read through types, which the
+    # order does not see: LateShrinks, which would be reordered, with one.
+    main = LateShrinks["main"]
+    x = main.params[0]
+    cast = relax.MatchCast(relax.DataflowVar("m", x.ty), x, x.ty)
+    block = relax.DataflowBlock([cast, *main.body.blocks[0].bindings])
+    assert memory_order.reordered_block(block, set()) is block
+    assert memory_order.reordered_block(main.body.blocks[0], set()) is not main.body.blocks[0]

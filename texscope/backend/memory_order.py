@@ -123,7 +123,11 @@ class _Block:
 
 
 def reordered_block(block: relax.DataflowBlock, kept: set) -> relax.DataflowBlock:
-    """``block`` in the order of least peak (itself where none is lower)."""
+    """``block`` in the order of least peak (itself where none is lower, and
+    where a ``match_cast`` defines size variables: later bindings read them
+    through their types, which the order does not follow)."""
+    if any(isinstance(b, relax.MatchCast) for b in block.bindings):
+        return block
     graph = _Block(list(block.bindings), kept)
     order = graph.scheduled()
     if order == sorted(order) or graph.peak(order) >= graph.peak(list(range(len(order)))):
