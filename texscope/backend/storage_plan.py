@@ -114,7 +114,10 @@ def _greedy(lifetimes: list[Lifetime], order: list[int], budget: float, base: np
         profile[t.start:t.end + 1] -= t.need
         best = None  # (waste, size, index)
         for index, storage in enumerate(storages):
-            if storage.group != t.group or storage.overlaps(t.start, t.end):
+            # (Placed largest first, a storage is never smaller than a tensor
+            # placed later; the size test keeps that true for any order.)
+            if (storage.group != t.group or storage.size < t.need
+                    or storage.overlaps(t.start, t.end)):
                 continue
             added = storage.added(t.start, t.end)
             if any(int(profile[a:b + 1].max()) + storage.size > budget for a, b in added):
