@@ -272,7 +272,8 @@ def _uses(expr) -> list:
 
 def _is_alias(value) -> bool:
     """Whether a binding's value is (part of) the memory of what it reads."""
-    return isinstance(value, (relax.Var, relax.Tuple, relax.TupleGetItem)) or _op_name(value) in VIEWS
+    names = (relax.Var, relax.Tuple, relax.TupleGetItem)
+    return isinstance(value, names) or _op_name(value) in VIEWS
 
 
 def _device_group(mod: tvm.IRModule, alloc_storage: relax.Call) -> tuple:
@@ -411,7 +412,8 @@ def plan_storages(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
     if all(new.same_as(old) for new, old in zip(blocks, func.body.blocks)):
         return func
     body = relax.SeqExpr(blocks, func.body.body)
-    return builder.normalize(relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs))
+    return builder.normalize(
+        relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs))
 
 
 @tvm.transform.module_pass(opt_level=0, name="texscope.PlanStorages")

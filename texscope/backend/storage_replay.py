@@ -63,7 +63,8 @@ def _planned_calls(planned: tvm.IRModule):
             elif isinstance(value, relax.Var) and value in storage_of:
                 storage_of[binding.var] = storage_of[value]
             elif isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
-                calls.append((value.op.name_hint, [a for a in value.args if isinstance(a, relax.Var)]))
+                tensors = [a for a in value.args if isinstance(a, relax.Var)]
+                calls.append((value.op.name_hint, tensors))
             elif isinstance(value, relax.Call) and name == "relax.to_vdevice":
                 raise TexscopeError("run_in_storages does not run copies", "main", binding.var.name)
     return storage_of, needed, sizes, calls
