@@ -4,15 +4,18 @@ TVM 0.27's ``StaticPlanBlockMemory`` hands each tensor, in program order, a
 freed storage whose size is within 16x of its own (growing a smaller one if
 need be), and a storage keeps its size for its whole life: a 64 KiB tensor
 that takes a freed 1 MiB storage holds the MiB until it dies, while the
-tensors made meanwhile need storages of their own.  Texture plans suffer
-more than buffer plans (on hand_recrop the peak was 0.56 MiB over the
-all-buffer build's), since an image storage is sized by the image's 2-D
-extent with aligned rows, and a plan that packs an RGB input or pads
-channels to texels makes tensors the buffer plan does not have.
+tensors made meanwhile need storages of their own.  Buffer plans lose memory
+to it too (pose_landmark_full's all-buffer build peaks 4.1 MiB over what
+this planner gives it), texture plans more often (hand_recrop's was 0.56 MiB
+over the all-buffer build's, whose storages happened to fit), as an image
+storage is sized by the image's 2-D extent with aligned rows, and a plan that
+packs an RGB input or pads channels to texels makes tensors the buffer plan
+does not have.
 
 :func:`PlanStorages` runs right after ``StaticPlanBlockMemory`` and assigns
 again, per binding block, every storage that planner made whose tensors are
-all of static shape, at offset 0, and read by nothing but calls and views.
+all of static shape and at offset 0, and which nothing but their
+``alloc_tensor`` reads.
 The tensors keep their places and types; only which storage each one lives
 in, and how large each storage is, change.  A storage lives from its first
 tensor's allocation to its last tensor's last use (``KillAfterLastUse``
