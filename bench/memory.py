@@ -6,12 +6,16 @@ allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
 
 - ``all-buffer``: TVM 0.27's generic OpenCL build (``tvm.compile(mod,
   Target({"kind": "opencl"}, host="llvm"))``), every tensor a buffer;
+- ``all-buffer, ours``: the same build's storages assigned by
+  ``texscope.PlanStorages`` instead (applied to its module right after
+  ``StaticPlanBlockMemory``): how much of texscope's figure is the planner;
 - ``TVM adreno``: TVM's own Adreno texture flow (``AnnotateCustomMemoryScope``,
   ``texscope.backend.upstream.adreno_build``), its storages as TVM sizes them;
-- ``texscope TVM-sized``: ``texscope.build(mod, "adreno-opencl")`` with
-  ``texscope.SizeTextureStorages`` disabled, the storages as TVM 0.27's
-  ``StaticPlanBlockMemory`` sizes them (textures at 4x for float32): before;
-- ``texscope``: the build as it is: after;
+- ``texscope, TVM's planner``: ``texscope.build(mod, "adreno-opencl")`` with
+  ``texscope.PlanStorages`` disabled: TVM 0.27's ``StaticPlanBlockMemory``
+  assigns the storages, ``SizeTextureStorages`` sizes them (texscope before
+  its own planner);
+- ``texscope``: the build as it is;
 - ``padding``: the texel padding a texture plan may add: the all-buffer
   plan's peak had its 4-D activations been images (channels in lanes of 4,
   rows aligned to 64 bytes; ``buffers_as_images_peak``) less its own, plus
@@ -21,9 +25,12 @@ allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
   texscope's peak exceeds the all-buffer peak plus the padding by (the target
   is <= 0).  A weight that is a parameter (the zoo's) is packed on every run,
   beside the original: that copy is not padding and shows in ``over``;
-- ``pooled``: what TVM's pooled allocator holds after one run of the
-  all-buffer build and of texscope's (``pooled_bytes``: freed storages are
-  kept for storages of the same page-rounded size, never given back).
+- ``pooled``: what TVM's pooled allocator (the Relax VM's default) holds
+  after one run of the all-buffer build, of texscope's with TVM's planner
+  and of texscope's (``pooled_bytes``: freed storages are kept for storages
+  of the same page-rounded size and given back only when the device runs
+  out).  texscope's planner takes the least peak first, so where holding
+  the storages longer would save the pool blocks, this can be higher.
 
 Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
 .tflite models of ``texscope.models.corpus`` (weights are constants),
@@ -38,10 +45,13 @@ from __future__ import annotations
 import argparse
 
 import tvm
+from tvm import relax
 
 import texscope
 from texscope.backend import upstream
-from texscope.backend.memory import MemoryCapture, buffers_as_images_peak, device_memory
+from texscope.backend.memory import (TVM_PLANNER, MemoryCapture, buffers_as_images_peak,
+                                     device_memory)
+from texscope.backend.storage_plan import PlanStorages
 from texscope.frontend.tflite_model import load_tflite
 from texscope.knowledge.targets import texture_target
 from texscope.models import corpus, zoo
@@ -49,7 +59,7 @@ from texscope.models import corpus, zoo
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
 ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
-SIZING_PASS = "texscope.SizeTextureStorages"
+PLANNER_PASS = "texscope.PlanStorages"
 
 
 def models(names: list[str], constants: bool = False) -> dict[str, object]:
@@ -64,12 +74,34 @@ def models(names: list[str], constants: bool = False) -> dict[str, object]:
     return found
 
 
+@tvm.instrument.pass_instrument
+class _AfterTVMPlanner:
+    def __init__(self):
+        self.modules = []
+
+    def run_after_pass(self, mod, info):
+        if info.name == TVM_PLANNER:
+            self.modules.append(mod)
+
+
 def planned(build, *, disabled=()) -> tvm.IRModule:
     """The Relax module of ``build()`` after memory planning and kill insertion."""
     capture = MemoryCapture()
     with tvm.transform.PassContext(instruments=[capture], disabled_pass=list(disabled)):
         build()
     return capture.modules[-1]
+
+
+def generic_builds(mod) -> tuple[tvm.IRModule, tvm.IRModule]:
+    """TVM's generic build of ``mod`` planned by TVM, and by texscope's
+    planner (the same module right after ``StaticPlanBlockMemory``, then
+    what the generic pipeline runs up to ``KillAfterLastUse``)."""
+    capture, before = MemoryCapture(), _AfterTVMPlanner()
+    with tvm.transform.PassContext(instruments=[capture, before]):
+        tvm.compile(mod, GENERIC)
+    ours = tvm.transform.Sequential([PlanStorages, relax.transform.LowerAllocTensor(),
+                                     relax.transform.KillAfterLastUse()])(before.modules[-1])
+    return capture.modules[-1], ours
 
 
 def _mib(n) -> str:
@@ -88,21 +120,21 @@ def channel_axis(mod: tvm.IRModule) -> int:
 
 def row(mod) -> dict:
     adreno = texture_target(TEXSCOPE).target
-    buffers_mod = planned(lambda: tvm.compile(mod, GENERIC))
+    buffers_mod, buffers_ours = generic_builds(mod)
     buffers = device_memory(buffers_mod)
     try:
         theirs = device_memory(planned(lambda: upstream.adreno_build(
             mod, tvm.target.Target(adreno, host="llvm")))).peak_bytes
     except Exception as err:  # TVM's own flow fails on some models: say so, go on
         theirs = f"{type(err).__name__}"
-    before = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE), disabled=[SIZING_PASS]))
+    before = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE), disabled=[PLANNER_PASS]))
     after = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE)))
     grown = max(0, after.inputs_bytes - buffers.inputs_bytes)
     padding = buffers_as_images_peak(buffers_mod, channel_axis(mod)) - buffers.peak_bytes + grown
-    return {"all-buffer": buffers.peak_bytes, "TVM adreno": theirs,
-            "TVM-sized": before.peak_bytes, "texscope": after.peak_bytes,
+    return {"all-buffer": buffers.peak_bytes, "all-buffer, ours": device_memory(buffers_ours).peak_bytes,
+            "TVM adreno": theirs, "TVM planner": before.peak_bytes, "texscope": after.peak_bytes,
             "padding": padding, "inputs+": grown,
-            "pooled": (buffers.pooled_bytes, after.pooled_bytes),
+            "pooled": (buffers.pooled_bytes, before.pooled_bytes, after.pooled_bytes),
             "over": after.peak_bytes - buffers.peak_bytes - padding}
 
 
@@ -112,9 +144,10 @@ def main(argv=None) -> None:
     parser.add_argument("--constants", action="store_true")
     args = parser.parse_args(argv)
     print("peak device memory, MiB")
-    print(f"{'model':<30} {'all-buffer':>10} {'TVM adreno':>10} {'ratio':>6} "
-          f"{'texscope TVM-sized':>18} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
-          f"{'padding':>8} {'inputs+':>8} {'over':>7}  {'pooled: all-buffer':>18} {'texscope':>8}")
+    print(f"{'model':<30} {'all-buffer':>10} {'all-buffer, ours':>16} {'TVM adreno':>10} {'ratio':>6} "
+          f"{'texscope, TVM planner':>21} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
+          f"{'padding':>8} {'inputs+':>8} {'over':>7}  {'pooled: all-buffer':>18} "
+          f"{'TVM planner':>11} {'texscope':>8}")
     for name, load in models(args.models, args.constants).items():
         try:
             mod = load()
@@ -127,10 +160,11 @@ def main(argv=None) -> None:
         def ratio(n):
             return "-" if isinstance(n, str) else f"{n / base:.2f}x"
 
-        print(f"{name:<30} {_mib(base):>10} {_mib(r['TVM adreno']):>10} {ratio(r['TVM adreno']):>6} "
-              f"{_mib(r['TVM-sized']):>18} {ratio(r['TVM-sized']):>6} {_mib(r['texscope']):>9} "
-              f"{ratio(r['texscope']):>6} {_mib(r['padding']):>8} {_mib(r['inputs+']):>8} {_mib(r['over']):>7}  "
-              f"{_mib(r['pooled'][0]):>18} {_mib(r['pooled'][1]):>8}", flush=True)
+        print(f"{name:<30} {_mib(base):>10} {_mib(r['all-buffer, ours']):>16} {_mib(r['TVM adreno']):>10} "
+              f"{ratio(r['TVM adreno']):>6} {_mib(r['TVM planner']):>21} {ratio(r['TVM planner']):>6} "
+              f"{_mib(r['texscope']):>9} {ratio(r['texscope']):>6} {_mib(r['padding']):>8} "
+              f"{_mib(r['inputs+']):>8} {_mib(r['over']):>7}  {_mib(r['pooled'][0]):>18} "
+              f"{_mib(r['pooled'][1]):>11} {_mib(r['pooled'][2]):>8}", flush=True)
 
 
 if __name__ == "__main__":

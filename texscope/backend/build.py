@@ -40,7 +40,7 @@ from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from .heap import keep_freed_memory
 from .parallel import build_jobs, jobs_limit, per_chunk
-from .memory import MemoryCapture, device_memory, with_sized_storages
+from .memory import MemoryCapture, device_memory
 from ..frontend.naming import ConvertKeepingNames
 from ..opencl.executor import plan_of
 from ..opencl.source import kernel_signatures
@@ -51,6 +51,8 @@ from ..diagnostics.pass_timing import PassProfile
 from ..diagnostics.report import Report
 from ..diagnostics.report_page import report_html
 from .schedule import schedule_passes
+from .memory_order import OrderForMemory
+from .storage_plan import with_planned_storages
 from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
                          SplitPrimFuncsBySignature)
 from ..knowledge.targets import host_target, texture_target
@@ -129,10 +131,13 @@ def optimize_passes(target: tvm.target.Target) -> list:
 
 def lower_passes(target: tvm.target.Target) -> list:
     return [
+        # Unpacks of packed tensors come late; run them early (backend/memory_order.py).
+        OrderForMemory,
         KeepStorageChangesAsKernels,
         *relax.backend.gpu_generic.dataflow_lower_passes(target),
-        # TVM's planner oversizes storages of textures (backend/memory.py).
-        *with_sized_storages(relax.backend.gpu_generic.finalize_passes(target)),
+        # TVM's planner oversizes storages of textures (backend/memory.py) and
+        # shares them poorly (backend/storage_plan.py).
+        *with_planned_storages(relax.backend.gpu_generic.finalize_passes(target)),
     ]
 
 

@@ -19,8 +19,10 @@ TVM 0.27's ``StaticPlanBlockMemory`` sizes a storage that holds a texture at
 the image's bytes times the bytes of one element (``StorageToken`` multiplies
 the byte count ``DeviceGetMemSize.opencl`` returns by the dtype's size once
 more): four times what a float32 image needs, twice a float16 one.
-:func:`SizeTextureStorages`, run right after it, sizes each storage by the
-largest tensor it holds instead, as an image where the tensor is one.
+texscope's build assigns the storages again right after it
+(:mod:`texscope.backend.storage_plan`), each as large as its largest tensor;
+:func:`SizeTextureStorages` sizes the storages that planner leaves (those of
+symbolic tensors) the same way, as an image where the tensor is one.
 
 Devices without ``cl_khr_image2d_from_buffer`` (PoCL) cannot view a buffer
 as an image: TVM's runtime then makes a separate image for every texture
@@ -341,8 +343,9 @@ def _with_sizes(mod: tvm.IRModule, func: relax.Function,
 def SizeTextureStorages(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
     """Size each storage holding an image by the largest tensor it holds.
 
-    Run right after ``StaticPlanBlockMemory``, which makes such storages
-    larger by the dtype's size (see the module docstring).  Every tensor of a
+    Run after ``StaticPlanBlockMemory``, which makes such storages larger by
+    the dtype's size (see the module docstring), and after texscope's own
+    planner, which sizes those it assigns already.  Every tensor of a
     planned storage starts at offset 0 and lives there alone, so the largest
     tensor is all the storage needs: an image's bytes with its rows aligned,
     a buffer's bytes.  Storages of buffers only, and those holding a tensor of
@@ -356,16 +359,6 @@ def SizeTextureStorages(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: dis
                 func = _with_sizes(mod, func, sizes)
         functions[gvar] = func
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
-
-
-def with_sized_storages(finalize: list) -> list:
-    """``finalize`` (TVM's finalize passes) with :func:`SizeTextureStorages`
-    right after its memory planning."""
-    names = [p.info.name for p in finalize]
-    if TVM_PLANNER not in names:
-        return list(finalize)
-    at = names.index(TVM_PLANNER) + 1
-    return [*finalize[:at], SizeTextureStorages, *finalize[at:]]
 
 
 @tvm.instrument.pass_instrument
