@@ -95,9 +95,9 @@ def test_the_stock_tir_pipeline_emits_invalid_opencl():
         texscope.models.examples.Seed, target=target,
         relax_pipeline=tvm.relax.backend.adreno.get_default_pipeline(target),
     )
-    from texscope.backend.build import _device_source
+    from texscope.backend.build import device_source
 
-    source = _device_source(executable)
+    source = device_source(executable)
     assert any("vload4" in p or "vstore4" in p for p in opencl.image_misuse(source))
     with pytest.raises(Exception):
         opencl.compile_source(source)
@@ -145,7 +145,7 @@ def test_get_default_pipeline_works_with_tvm_compile():
     executable = tvm.compile(texscope.models.examples.Seed, target=target,
                              relax_pipeline=texscope.get_default_pipeline(target),
                              tir_pipeline="texscope_adreno")
-    from texscope.backend.build import _device_source
+    from texscope.backend.build import device_source
 
-    source = _device_source(executable)
+    source = device_source(executable)
     assert opencl.image_misuse(source) == [] and opencl.repeated_texel_stores(source) == []

@@ -11,7 +11,7 @@ import texscope
 from conftest import run_pass
 from modules import rules
 from texscope.backend.memory import (DeviceMemory, MemoryCapture, SizeTextureStorages, _lifetimes,
-                                     _op_name, buffers_as_images_peak, device_memory)
+                                     op_name, buffers_as_images_peak, device_memory)
 from texscope.knowledge.scopes import FLAVOUR_AXES, image_bytes
 from texscope.backend import upstream
 from texscope.knowledge.targets import texture_target
@@ -137,7 +137,7 @@ class Unplanned:
 
 def _storage_sizes(mod):
     return [[int(d) for d in b.value.args[0].values] for block in mod["main"].body.blocks
-            for b in block.bindings if _op_name(b.value) == "relax.memory.alloc_storage"]
+            for b in block.bindings if op_name(b.value) == "relax.memory.alloc_storage"]
 
 
 def test_a_texture_storage_is_as_large_as_its_image_not_tvms_four_times():
@@ -152,7 +152,7 @@ def test_a_texture_storage_is_as_large_as_its_image_not_tvms_four_times():
     pairs = zip(planned["main"].body.blocks[0].bindings, sized["main"].body.blocks[0].bindings)
     for old, new in pairs:
         assert new.var.same_as(old.var)
-        if _op_name(old.value) == "relax.memory.alloc_storage":
+        if op_name(old.value) == "relax.memory.alloc_storage":
             assert all(a.same_as(b) for a, b in zip(old.value.args[1:], new.value.args[1:]))
         else:
             assert new.value.same_as(old.value)

@@ -12,7 +12,7 @@ from texscope import opencl
 from texscope.backend import memory_order, storage_plan
 from texscope.backend.memory_order import OrderForMemory
 from texscope.backend.memory import (MemoryCapture, SizeTextureStorages, buffers_as_images_peak,
-                                     device_memory, _op_name)
+                                     device_memory, op_name)
 from texscope.backend.storage_plan import Assignment, Lifetime, PlanStorages, assign
 from texscope.backend.storage_replay import run_in_storages, storage_count
 from texscope.diagnostics import verify
@@ -36,7 +36,7 @@ def _storages(mod):
     found, held = [], {}
     for block in mod["main"].body.blocks:
         for b in block.bindings:
-            name = _op_name(b.value)
+            name = op_name(b.value)
             if name == "relax.memory.alloc_storage":
                 held[b.var] = (int(b.value.args[0].values[0]), [])
                 found.append(held[b.var])
@@ -60,12 +60,12 @@ def test_tvms_planner_gives_a_small_tensor_a_big_storage_and_texscope_does_not()
     assert device_memory(FINALIZE(ours)).peak_bytes == 6400
     # Only which storage each tensor lives in changed: the same tensors, calls, order.
     kept = [b for block in ours["main"].body.blocks for b in block.bindings
-            if _op_name(b.value) != "relax.memory.alloc_storage"]
+            if op_name(b.value) != "relax.memory.alloc_storage"]
     before = [b for block in tvms["main"].body.blocks for b in block.bindings
-              if _op_name(b.value) != "relax.memory.alloc_storage"]
+              if op_name(b.value) != "relax.memory.alloc_storage"]
     assert [b.var.name for b in kept] == [b.var.name for b in before]
     for new, old in zip(kept, before):
-        if _op_name(old.value) != "relax.memory.alloc_tensor":
+        if op_name(old.value) != "relax.memory.alloc_tensor":
             assert new.value.same_as(old.value)
         else:
             assert all(x.same_as(y) for x, y in zip(new.value.args[1:], old.value.args[1:]))
@@ -130,7 +130,7 @@ def test_tensors_in_their_planned_storages_compute_the_cpu_numbers(name):
     check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs), **TOLERANCE)
     assert check.ok, check
     # Storages are shared: fewer than the tensors they hold.
-    allocated = sum(_op_name(b.value) == "relax.memory.alloc_tensor"
+    allocated = sum(op_name(b.value) == "relax.memory.alloc_tensor"
                     for block in planned["main"].body.blocks for b in block.bindings)
     assert run.images > 0 and storage_count(planned) < allocated
 

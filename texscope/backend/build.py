@@ -255,7 +255,7 @@ class BuildResult:
         return out
 
 
-def _device_source(executable) -> str:
+def device_source(executable) -> str:
     sources = []
 
     def walk(module):
@@ -348,7 +348,7 @@ def _build(mod, target, host, log, profile) -> BuildResult:
         lowered = capture.module()
         memory = device_memory(planned.modules[-1])
         figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
-        source = _device_source(executable)
+        source = device_source(executable)
         kernels = kernel_signatures(source)
         figures["kernels"] = len(kernels)
         figures["kernels_with_images"] = sum("image2d" in params for params in kernels.values())

@@ -39,7 +39,7 @@ import attrs
 import tvm
 from tvm import relax
 
-from ..ir.graph import static_dims
+from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, KILL_STORAGE, KILL_TENSOR, static_dims
 from ..knowledge.scopes import (FLAVOUR_AXES, TEXEL_LANES, image_bytes, is_packed_texel_shape,
                                 is_texture_scope)
 
@@ -99,7 +99,7 @@ def _tensor_bytes(ty) -> int:
     return math.prod(dims) * dtype.bits * dtype.lanes // 8
 
 
-def _static_shape(shape) -> tuple[int, ...] | None:
+def shape_expr_dims(shape) -> tuple[int, ...] | None:
     return static_dims(shape.values) if isinstance(shape, relax.ShapeExpr) else None
 
 
@@ -117,11 +117,11 @@ def _image_bytes(shape, dtype: str, vdevice) -> int | None:
         return None
 
 
-def _storage_bytes(call: relax.Call) -> int:
+def storage_bytes(call: relax.Call) -> int:
     return math.prod(int(d) if isinstance(d, tvm.tirx.IntImm) else 0 for d in call.args[0].values)
 
 
-def _op_name(value) -> str:
+def op_name(value) -> str:
     if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
         return value.op.name
     return ""
@@ -155,8 +155,8 @@ class _Tensor:
         return self.values if self.image is None else max(self.values, self.image)
 
 
-def _tensor(mod, call: relax.Call, ty) -> _Tensor:
-    shape = _static_shape(call.args[2])
+def allocated_tensor(mod, call: relax.Call, ty) -> _Tensor:
+    shape = shape_expr_dims(call.args[2])
     dtype = str(call.args[3].value)
     itemsize = tvm.DataType(dtype).bits // 8
     values = math.prod(shape) * itemsize if shape is not None else 0
@@ -235,19 +235,19 @@ def _lifetimes(mod: tvm.IRModule, function: str) -> _Lifetimes:
 
     for block in func.body.blocks:
         for binding in block.bindings:
-            value, name = binding.value, _op_name(binding.value)
-            if name == "relax.memory.alloc_storage":
-                sizes[binding.var] = _storage_bytes(value)
+            value, name = binding.value, op_name(binding.value)
+            if name == ALLOC_STORAGE:
+                sizes[binding.var] = storage_bytes(value)
                 tensors[binding.var] = []
                 references[binding.var] = 1
                 events.append((binding.var, 1))
-            elif name == "relax.memory.alloc_tensor" and value.args[0] in sizes:
+            elif name == ALLOC_TENSOR and value.args[0] in sizes:
                 storage = holder[binding.var] = value.args[0]
                 references[storage] += 1
-                tensors[storage].append(_tensor(mod, value, binding.var.ty))
-            elif name == "relax.memory.kill_storage" and value.args[0] in sizes:
+                tensors[storage].append(allocated_tensor(mod, value, binding.var.ty))
+            elif name == KILL_STORAGE and value.args[0] in sizes:
                 drop(value.args[0])
-            elif name == "relax.memory.kill_tensor" and value.args[0] in holder:
+            elif name == KILL_TENSOR and value.args[0] in holder:
                 drop(holder.pop(value.args[0]))
     return _Lifetimes(inputs, sizes, tensors, tuple(events))
 
@@ -300,13 +300,13 @@ def _resized_storages(mod: tvm.IRModule, func: relax.Function) -> dict[relax.Var
     held: dict[relax.Var, list[_Tensor | None]] = {}
     for block in func.body.blocks:
         for binding in block.bindings:
-            value, name = binding.value, _op_name(binding.value)
-            if name == "relax.memory.alloc_storage" and _static_shape(value.args[0]):
-                planned[binding.var] = _storage_bytes(value)
+            value, name = binding.value, op_name(binding.value)
+            if name == ALLOC_STORAGE and shape_expr_dims(value.args[0]):
+                planned[binding.var] = storage_bytes(value)
                 held[binding.var] = []
-            elif name == "relax.memory.alloc_tensor" and value.args[0] in held:
-                static = _static_shape(value.args[2]) is not None
-                tensor = _tensor(mod, value, binding.var.ty) if static else None
+            elif name == ALLOC_TENSOR and value.args[0] in held:
+                static = shape_expr_dims(value.args[2]) is not None
+                tensor = allocated_tensor(mod, value, binding.var.ty) if static else None
                 held[value.args[0]].append(tensor)
     resized = {}
     for storage, tensors in held.items():

@@ -26,8 +26,7 @@ import math
 import tvm
 from tvm import relax
 
-from ..ir.graph import static_shape, tensor_types
-from .storage_plan import _uses
+from ..ir.graph import static_shape, tensor_types, vars_read
 
 
 def _bytes(ty) -> int:
@@ -58,7 +57,7 @@ class _Block:
         self.reads: list[set[int]] = []  # bindings whose results binding i reads
         self.size: list[int] = []
         for i, binding in enumerate(bindings):
-            read = {index[v] for v in _uses(binding.value) if v in index}
+            read = {index[v] for v in vars_read(binding.value) if v in index}
             self.reads.append(read)
             if _makes_memory(binding.value):
                 self.roots.append((i,))
@@ -142,10 +141,10 @@ def order_for_memory(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
     for at, block in enumerate(blocks):
         if not isinstance(block, relax.DataflowBlock):
             continue
-        kept = set(_uses(func.body.body))
+        kept = set(vars_read(func.body.body))
         for later in blocks[at + 1:]:
             for binding in later.bindings:
-                kept.update(_uses(binding.value))
+                kept.update(vars_read(binding.value))
         new = reordered_block(block, kept)
         changed |= new is not block
         blocks[at] = new

@@ -52,11 +52,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, _op_name, _static_shape,
-                     _storage_bytes, _tensor)
+from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, vars_read
+from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, allocated_tensor, op_name,
+                     shape_expr_dims, storage_bytes)
 
-ALLOC_STORAGE = "relax.memory.alloc_storage"
-ALLOC_TENSOR = "relax.memory.alloc_tensor"
 BUILTIN_ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 # How far over the least peak a placement may run while it is built.
 BUDGET_SLACKS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -258,25 +257,10 @@ def assign(lifetimes: list[Lifetime], background=(), given: Assignment | None = 
     return min(plans, key=lambda scored: scored[0])[1]
 
 
-def _uses(expr) -> list:
-    """The Relax variables ``expr`` reads."""
-    if isinstance(expr, relax.Var):
-        return [expr]
-    if isinstance(expr, relax.Tuple):
-        return [v for field in expr.fields for v in _uses(field)]
-    if isinstance(expr, relax.TupleGetItem):
-        return _uses(expr.tuple_value)
-    if isinstance(expr, relax.Call):
-        return [*_uses(expr.op), *(v for arg in expr.args for v in _uses(arg))]
-    if isinstance(expr, (relax.If, relax.SeqExpr, relax.Function)):
-        return list(relax.analysis.free_vars(expr))
-    return []  # constants, shapes, sizes, strings, functions named globally
-
-
 def _is_alias(value) -> bool:
     """Whether a binding's value is (part of) the memory of what it reads."""
     names = (relax.Var, relax.Tuple, relax.TupleGetItem)
-    return isinstance(value, names) or _op_name(value) in VIEWS
+    return isinstance(value, names) or op_name(value) in VIEWS
 
 
 def _device_group(mod: tvm.IRModule, alloc_storage: relax.Call) -> tuple:
@@ -314,29 +298,29 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
     roots: dict = {}  # var -> the tensors whose memory it is
     results: list = []
     for j, binding in enumerate(bindings):
-        value, name = binding.value, _op_name(binding.value)
+        value, name = binding.value, op_name(binding.value)
         if name == ALLOC_STORAGE:
-            static = _static_shape(value.args[0]) is not None
+            static = shape_expr_dims(value.args[0]) is not None
             storages[binding.var] = [_device_group(mod, value), static, j,
-                                     _storage_bytes(value) if static else 0]
+                                     storage_bytes(value) if static else 0]
             continue
         if name == BUILTIN_ALLOC_TENSOR:
-            shape = _static_shape(value.args[0])
+            shape = shape_expr_dims(value.args[0])
             if shape is not None:
                 dtype = tvm.DataType(str(value.args[1].value))
                 results.append((j, len(bindings), math.prod(shape) * dtype.bits * dtype.lanes // 8))
         if name == ALLOC_TENSOR and value.args[0] in storages:
             storage = value.args[0]
             offset = value.args[1]
-            static = _static_shape(value.args[2]) is not None
+            static = shape_expr_dims(value.args[2]) is not None
             if not static or not isinstance(offset, tvm.tirx.IntImm) or int(offset) != 0:
                 storages[storage][1] = False
                 continue
-            need = _tensor(mod, value, binding.var.ty).needed
+            need = allocated_tensor(mod, value, binding.var.ty).needed
             tensors[binding.var] = [j, storage, need, j]
             roots[binding.var] = (binding.var,)
             continue
-        read = _uses(value)
+        read = vars_read(value)
         for var in read:
             if var in storages:  # a storage read other than by its tensors
                 storages[var][1] = False
@@ -358,10 +342,10 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
 
 
 def _read_after(func: relax.Function, block_index: int) -> set:
-    read = set(_uses(func.body.body))
+    read = set(vars_read(func.body.body))
     for block in func.body.blocks[block_index + 1:]:
         for binding in block.bindings:
-            read.update(_uses(binding.value))
+            read.update(vars_read(binding.value))
     return read
 
 

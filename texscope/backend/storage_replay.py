@@ -28,13 +28,14 @@ import tvm
 from tvm import relax
 
 from ..errors import TexscopeError
+from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR
 from ..opencl.executor import plan_of
 from ..opencl.memory import DeviceMemory
 from ..opencl.plan import CopyStep
 from ..opencl.program import KernelCall, read_program
-from ..opencl.replay import RunResult, _Launcher
+from ..opencl.replay import RunResult, Launcher
 from ..opencl.source import compiled, default_device, pyopencl
-from .memory import _op_name, _storage_bytes, _tensor
+from .memory import op_name, storage_bytes, allocated_tensor
 
 
 class _Storages:
@@ -54,12 +55,12 @@ def _planned_calls(planned: tvm.IRModule):
     storage_of, needed, sizes, calls = {}, {}, {}, []
     for block in planned["main"].body.blocks:
         for binding in block.bindings:
-            value, name = binding.value, _op_name(binding.value)
-            if name == "relax.memory.alloc_storage":
-                sizes[binding.var] = _storage_bytes(value)
-            elif name == "relax.memory.alloc_tensor":
+            value, name = binding.value, op_name(binding.value)
+            if name == ALLOC_STORAGE:
+                sizes[binding.var] = storage_bytes(value)
+            elif name == ALLOC_TENSOR:
                 storage_of[binding.var] = value.args[0]
-                needed[binding.var] = _tensor(planned, value, binding.var.ty).needed
+                needed[binding.var] = allocated_tensor(planned, value, binding.var.ty).needed
             elif isinstance(value, relax.Var) and value in storage_of:
                 storage_of[binding.var] = storage_of[value]
             elif isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
@@ -175,7 +176,7 @@ def run_in_storages(result, planned: tvm.IRModule, inputs, device=None, seed: in
         memory.upload(plan.spec(name), array)
     for name, array in plan.constants.items():
         memory.upload(plan.spec(name), array)
-    launcher = _Launcher(cl, source, memory, plan)
+    launcher = Launcher(cl, source, memory, plan)
     seen = set(plan.inputs) | set(plan.constants)
     launches: dict[str, list] = {}
     for step in plan.steps:
@@ -197,6 +198,6 @@ def run_in_storages(result, planned: tvm.IRModule, inputs, device=None, seed: in
 
 def storage_count(planned: tvm.IRModule) -> int:
     """How many storages ``planned``'s main allocates."""
-    return sum(_op_name(b.value) == "relax.memory.alloc_storage"
+    return sum(op_name(b.value) == ALLOC_STORAGE
                for block in planned["main"].body.blocks for b in block.bindings)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .build import TIR_PIPELINE, _device_source, fuse_passes
+from .build import TIR_PIPELINE, device_source, fuse_passes
 
 UPSTREAM_SKIP_OPS = ["relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"]
 
@@ -73,4 +73,4 @@ def adreno_build(mod: tvm.IRModule, target: tvm.target.Target):
 
     executable = tvm.compile(mod, target=target, relax_pipeline=pipeline,
                              tir_pipeline=TIR_PIPELINE)
-    return _device_source(executable), captured["mod"]
+    return device_source(executable), captured["mod"]

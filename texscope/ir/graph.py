@@ -24,6 +24,11 @@ Constant = tvm.ir.expr.GenericConst
 # Operators every module reads the same way, whatever the model.
 CALL_TIR = "relax.call_tir"
 TO_VDEVICE = "relax.to_vdevice"
+# What memory lowering writes: the VM allocates and frees through these.
+ALLOC_STORAGE = "relax.memory.alloc_storage"
+ALLOC_TENSOR = "relax.memory.alloc_tensor"
+KILL_STORAGE = "relax.memory.kill_storage"
+KILL_TENSOR = "relax.memory.kill_tensor"
 DPS_OPS = frozenset({CALL_TIR, "relax.call_tir_inplace", "relax.call_dps_packed"})
 
 @attrs.frozen
@@ -278,6 +283,21 @@ def _flatten(value: object):
 def build_graph(mod: tvm.IRModule, gvar: relax.GlobalVar, texture: TextureTarget) -> FunctionGraph:
     """Build the dataflow graph of one Relax function."""
     return _Builder(mod, gvar, texture).build(mod[gvar])
+
+
+def vars_read(expr) -> list:
+    """The Relax variables ``expr`` reads."""
+    if isinstance(expr, relax.Var):
+        return [expr]
+    if isinstance(expr, relax.Tuple):
+        return [v for field in expr.fields for v in vars_read(field)]
+    if isinstance(expr, relax.TupleGetItem):
+        return vars_read(expr.tuple_value)
+    if isinstance(expr, relax.Call):
+        return [*vars_read(expr.op), *(v for arg in expr.args for v in vars_read(arg))]
+    if isinstance(expr, (relax.If, relax.SeqExpr, relax.Function)):
+        return list(relax.analysis.free_vars(expr))
+    return []  # constants, shapes, sizes, strings, functions named globally
 
 
 def relax_bindings(mod: tvm.IRModule, functions=None):

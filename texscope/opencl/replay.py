@@ -63,7 +63,7 @@ class RunResult:
         return len(self.times) - self.copies
 
 
-class _Launcher:
+class Launcher:
     def __init__(self, cl, program, memory: DeviceMemory, plan: Plan):
         self.cl = cl
         self.program = program
@@ -144,7 +144,7 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
         memory.upload(plan.spec(name), array)
     for name, array in plan.constants.items():
         memory.upload(plan.spec(name), array)
-    launcher = _Launcher(cl, program, memory, plan)
+    launcher = Launcher(cl, program, memory, plan)
     events = []
     for step in plan.steps:
         if isinstance(step, CopyStep):
