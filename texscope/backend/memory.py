@@ -103,6 +103,23 @@ def shape_expr_dims(shape) -> tuple[int, ...] | None:
     return static_dims(shape.values) if isinstance(shape, relax.ShapeExpr) else None
 
 
+def pooled_bytes(events) -> int:
+    """What TVM's pooled allocator holds after ``events``, (bytes, freed)
+    pairs in the order they happen: a freed block, rounded up to whole
+    pages, serves a later request of the same rounded size; others are new."""
+    free: dict[int, int] = {}  # rounded size -> blocks in the pool
+    held = 0
+    for size, freed in events:
+        size = -(-size // POOL_PAGE) * POOL_PAGE
+        if freed:
+            free[size] = free.get(size, 0) + 1
+        elif free.get(size):
+            free[size] -= 1
+        else:
+            held += size
+    return held
+
+
 def _image_bytes(shape, dtype: str, vdevice) -> int | None:
     """Bytes of the image a texture-scoped tensor is viewed as; None where
     the tensor is no image (a buffer, a symbolic or unpacked shape)."""
@@ -200,17 +217,8 @@ class _Lifetimes:
 
     def pooled(self) -> int:
         """Bytes a pool of exact-size, page-rounded blocks ends up holding."""
-        free: dict[int, int] = {}  # rounded size -> blocks in the pool
-        held = self.inputs
-        for storage, step in self.events:
-            size = -(-self.sizes[storage] // POOL_PAGE) * POOL_PAGE
-            if step < 0:
-                free[size] = free.get(size, 0) + 1
-            elif free.get(size):
-                free[size] -= 1
-            else:
-                held += size
-        return held
+        return self.inputs + pooled_bytes(
+            (self.sizes[storage], step < 0) for storage, step in self.events)
 
     def largest(self, need):
         """Storage -> the largest ``need(tensor)`` of its tensors; a storage

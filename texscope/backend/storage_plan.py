@@ -54,7 +54,7 @@ from tvm import relax
 
 from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, vars_read
 from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, allocated_tensor, op_name,
-                     shape_expr_dims, storage_bytes)
+                     pooled_bytes, shape_expr_dims, storage_bytes)
 
 BUILTIN_ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 # How far over the least peak a placement may run while it is built.
@@ -148,17 +148,7 @@ def _pooled(storages: list[_Storage]) -> int:
     # At one step a storage is made before another is freed: both are live then.
     events = sorted([(s.first, 0, s.size) for s in storages]
                     + [(s.last, 1, s.size) for s in storages])
-    free: dict[int, int] = {}
-    held = 0
-    for _, freed, size in events:
-        size = -(-size // POOL_PAGE) * POOL_PAGE
-        if freed:
-            free[size] = free.get(size, 0) + 1
-        elif free.get(size):
-            free[size] -= 1
-        else:
-            held += size
-    return held
+    return pooled_bytes((size, bool(freed)) for _, freed, size in events)
 
 
 def _fit_to_pool(storages: list[_Storage], base: np.ndarray) -> None:
