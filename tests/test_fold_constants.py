@@ -10,6 +10,7 @@ from modules import constant_folding as cf
 from modules import folding
 from texscope.knowledge import registry
 from texscope.convert_layout import FoldConstantsIfAny
+from texscope.rewrites import fold_constants
 from texscope.rewrites.fold_constants import FoldConstants
 from texscope.rewrites.pad_channels import PadChannels
 
@@ -31,6 +32,7 @@ MODULES = {
     "needs_a_build": lambda: cf.NEEDS_A_BUILD,
     "call_tir_with_constants": lambda: cf.CallTIRWithConstants,
     "constant_scale": lambda: folding.ConstantScale,
+    "loosely_typed_constant": lambda: folding.LooselyTypedConstant,
 }
 
 
@@ -62,6 +64,18 @@ def test_folding_equals_relax_fold_constant_bit_for_bit(name):
     ours = run_pass(FoldConstants, mod)
     tvm.ir.assert_structural_equal(ours, relax.transform.FoldConstant()(mod))
     assert constant_calls(ours) == []
+
+
+@pytest.mark.parametrize("name", ["tflite_style_conv", "batch_norm_constants"])
+def test_packed_weights_fold_without_inferring_types_anew(monkeypatch, name):
+    # Each folded weight's variable had its constant's type: the types around
+    # its uses stay as they were, so no call is re-typed.
+    def refuse(*args):
+        raise AssertionError("a function was rewritten by the type-inferring mutator")
+
+    monkeypatch.setattr(fold_constants, "_Rewrite", refuse)
+    mod = MODULES[name]()
+    tvm.ir.assert_structural_equal(run_pass(FoldConstants, mod), relax.transform.FoldConstant()(mod))
 
 
 def test_structural_equality_sees_one_ulp_in_a_constant():
