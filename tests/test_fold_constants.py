@@ -9,8 +9,9 @@ from conftest import ADRENO, run_pass
 from modules import constant_folding as cf
 from modules import folding
 from texscope.knowledge import registry
+from texscope.models import zoo
 from texscope.convert_layout import FoldConstantsIfAny
-from texscope.rewrites import fold_constants
+from texscope.rewrites import constant_eval, fold_constants
 from texscope.rewrites.fold_constants import FoldConstants
 from texscope.rewrites.pad_channels import PadChannels
 
@@ -76,6 +77,15 @@ def test_packed_weights_fold_without_inferring_types_anew(monkeypatch, name):
     monkeypatch.setattr(fold_constants, "_Rewrite", refuse)
     mod = MODULES[name]()
     tvm.ir.assert_structural_equal(run_pass(FoldConstants, mod), relax.transform.FoldConstant()(mod))
+
+
+def test_packing_walks_each_layout_map_once_per_shape():
+    # A ResNet's batch-norm vectors and weights: 45 packings, 3 maps and shapes.
+    mod = packed(zoo.with_constant_weights(zoo.NETWORKS["resnet"]()))
+    constant_eval._scatter_targets.cache_clear()
+    assert constant_calls(run_pass(FoldConstants, mod)) == []
+    packings = constant_eval._scatter_targets.cache_info()
+    assert (packings.hits, packings.misses) == (42, 3)
 
 
 def test_structural_equality_sees_one_ulp_in_a_constant():
