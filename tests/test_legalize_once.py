@@ -111,3 +111,20 @@ def test_the_build_is_the_one_legalizing_as_before_makes(mobilenet_built):
                            "adreno-opencl")
     assert tvm_ffi.structural_equal(mobilenet_built.module, every.module)
     assert mobilenet_built.opencl_source == every.opencl_source
+
+
+def test_a_kernel_is_recorded_once(monkeypatch):
+    updates = []
+    update_func = relax.BlockBuilder.update_func
+
+    def counting(builder, gvar, func):
+        updates.append(gvar.name_hint)
+        return update_func(builder, gvar, func)
+
+    monkeypatch.setattr(relax.BlockBuilder, "update_func", counting)
+    with tvm.target.Target("opencl"):
+        out = convert_layout.LegalizeKeepingAttrs()(cases.SharedSignatures)
+    # Seven calls add a kernel and record it; h calls g's, recorded already.
+    assert len(updates) == 7
+    assert all(func.attrs["texscope_op"]["op"] in ("relax.add", "relax.maximum")
+               for gvar, func in out.functions.items() if gvar.name_hint != "main")

@@ -45,7 +45,12 @@ def _recording(op_name: str, fields: list[str]):
                 and lowered.op.name == CALL_TIR:
             gvar = lowered.args[0]
             record = {"op": op_name, **{f: str(getattr(call.attrs, f)) for f in fields}}
-            bb.update_func(gvar, bb.get()[gvar].with_attr(registry.OP_RECORD_ATTR, record))
+            func = bb.get()[gvar]
+            # A call of variables reuses a kernel recorded already: writing the
+            # same record again would rehash the kernel for nothing.
+            recorded = func.attrs.get(registry.OP_RECORD_ATTR) if func.attrs else None
+            if recorded is None or not tvm_ffi.structural_equal(recorded, record):
+                bb.update_func(gvar, func.with_attr(registry.OP_RECORD_ATTR, record))
         return lowered
 
     return legalize
