@@ -1,6 +1,5 @@
 """Legalizing each signature once leaves the module legalizing every call makes."""
 
-import pytest
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -63,12 +62,6 @@ def _variables_only(legalization):
     return run
 
 
-@pytest.fixture
-def legalizing_as_before(monkeypatch):
-    for module in (convert_layout, legalize):
-        monkeypatch.setattr(module, "once_per_signature", _variables_only)
-
-
 def _stage1_and_te_calls(mod):
     te_calls = []
     call_te = relax.BlockBuilder.call_te
@@ -100,17 +93,14 @@ def test_stage1_computes_each_kernel_once(monkeypatch):
     assert te_once * 2 < te_every
 
 
-@pytest.fixture(scope="module")
-def mobilenet_built():
-    return texscope.build(zoo.with_constant_weights(zoo.NETWORKS["mobilenet_v2"]()), "adreno-opencl")
-
-
-@pytest.mark.usefixtures("legalizing_as_before")
-def test_the_build_is_the_one_legalizing_as_before_makes(mobilenet_built):
-    every = texscope.build(zoo.with_constant_weights(zoo.NETWORKS["mobilenet_v2"]()),
-                           "adreno-opencl")
-    assert tvm_ffi.structural_equal(mobilenet_built.module, every.module)
-    assert mobilenet_built.opencl_source == every.opencl_source
+def test_the_build_is_the_one_legalizing_as_before_makes(monkeypatch):
+    mobilenet = zoo.with_constant_weights(zoo.NETWORKS["mobilenet_v2"]())
+    once = texscope.build(mobilenet, "adreno-opencl")
+    for module in (convert_layout, legalize):
+        monkeypatch.setattr(module, "once_per_signature", _variables_only)
+    before = texscope.build(mobilenet, "adreno-opencl")
+    assert tvm_ffi.structural_equal(once.module, before.module)
+    assert once.opencl_source == before.opencl_source
 
 
 def test_a_kernel_is_recorded_once(monkeypatch):

@@ -1,20 +1,22 @@
-"""Legalize each operator signature once, leaving the module LegalizeOps makes.
+"""Legalize each operator signature once, leaving the module per-call legalization made.
 
 LegalizeOps runs an operator's legalization (a TE compute and
 ``create_prim_func``) for every call, even for a ResNet's nine identical
 batch norms or a network's hundred bias adds of one shape; that was most of
 stage 1's legalization time.  :func:`once_per_signature` runs it once per
-signature and repeats what it did for the other calls, so the module is the
-one legalizing every call makes, names included:
+signature and repeats what it did for the other calls, so the module is,
+names included, the one texscope made before, when only calls of variables
+were cached:
 
-* a call of variables only calls the PrimFunc of the first such call (what
-  the BlockBuilder's deduplication does where nothing changed the PrimFunc
-  since it was added);
-* any other call (a constant bias, a scalar, a tuple of indices) adds the
-  first call's PrimFunc again with its tensor parameters named after this
-  call's variables, as ``call_te`` names them.  The BlockBuilder then gives
-  it the name legalizing anew would have; identical kernels are merged
-  after the pass (:func:`texscope.convert_layout.merge_identical_prim_funcs`).
+* a call of variables only calls the PrimFunc of the first such call;
+* any other call (a constant bias, a scalar, a tuple of indices), which was
+  legalized anew, adds the first call's PrimFunc again with its tensor
+  parameters named after this call's variables, as ``call_te`` names them.
+  The BlockBuilder then does what it did with the PrimFunc legalized anew:
+  returns the first call's GlobalVar where that PrimFunc is unchanged, or a
+  fresh name where stage 1 has recorded attributes on it since
+  (:func:`texscope.convert_layout.merge_identical_prim_funcs` merges those
+  copies afterwards).
 
 A legalization that is not one ``call_tir`` of the call's own arguments
 through one PrimFunc it added is run for every call.
