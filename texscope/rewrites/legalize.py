@@ -23,7 +23,6 @@ Indexing each output element through the inverse map makes it injective.
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import relax, te, topi
 from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm.topi.nn.utils import get_pad_tuple
