@@ -24,12 +24,18 @@ through one PrimFunc it added is run for every call.
 
 from __future__ import annotations
 
+import threading
+
 import attrs
 import tvm
 import tvm_ffi
 from tvm import relax
 
 from ..ir.graph import CALL_TIR, Constant
+
+# Held while BlockBuilder.add_func is patched (re-entrant: a legalization may
+# legalize in turn).
+_NOTING = threading.RLock()
 
 
 def _argument_key(arg: relax.Expr):
@@ -131,7 +137,6 @@ def _legalize_noting_added(legalize, bb: relax.BlockBuilder, call: relax.Call):
     """``legalize(bb, call)``, and the (PrimFunc, name hint, GlobalVar) of each
     function it added to ``bb``."""
     added = []
-    add_func = relax.BlockBuilder.add_func
 
     def noting(builder, func, name_hint):
         gvar = add_func(builder, func, name_hint)
@@ -141,12 +146,15 @@ def _legalize_noting_added(legalize, bb: relax.BlockBuilder, call: relax.Call):
 
     # TVM's legalizations are FFI functions: the BlockBuilder they get is
     # another Python object for the same builder, so only the class sees
-    # their call_te add its PrimFunc.  Restored before anything else runs.
-    relax.BlockBuilder.add_func = noting
-    try:
-        return legalize(bb, call), added
-    finally:
-        relax.BlockBuilder.add_func = add_func
+    # their call_te add its PrimFunc.  One thread at a time patches it (a
+    # second one would restore the first one's patch).
+    with _NOTING:
+        add_func = relax.BlockBuilder.add_func
+        relax.BlockBuilder.add_func = noting
+        try:
+            return legalize(bb, call), added
+        finally:
+            relax.BlockBuilder.add_func = add_func
 
 
 def _repeatable(call: relax.Call, lowered: relax.Expr, added: list) -> _Legalized | None:
