@@ -9,7 +9,9 @@ from conftest import ADRENO, run_pass
 from modules import constant_folding as cf
 from modules import folding
 from texscope.knowledge import registry
+from texscope.models import zoo
 from texscope.convert_layout import FoldConstantsIfAny
+from texscope.rewrites import constant_eval, fold_constants
 from texscope.rewrites.fold_constants import FoldConstants
 from texscope.rewrites.pad_channels import PadChannels
 
@@ -31,6 +33,7 @@ MODULES = {
     "needs_a_build": lambda: cf.NEEDS_A_BUILD,
     "call_tir_with_constants": lambda: cf.CallTIRWithConstants,
     "constant_scale": lambda: folding.ConstantScale,
+    "loosely_typed_constant": lambda: folding.LooselyTypedConstant,
 }
 
 
@@ -62,6 +65,28 @@ def test_folding_equals_relax_fold_constant_bit_for_bit(name):
     ours = run_pass(FoldConstants, mod)
     tvm.ir.assert_structural_equal(ours, relax.transform.FoldConstant()(mod))
     assert constant_calls(ours) == []
+
+
+@pytest.mark.parametrize("name", ["tflite_style_conv", "batch_norm_constants"])
+def test_packed_weights_fold_without_inferring_types_anew(monkeypatch, name):
+    # Each folded weight's variable had its constant's type: the types around
+    # its uses stay as they were, so no call is re-typed.
+    def refuse(*args):
+        raise AssertionError("a function was rewritten by the type-inferring mutator")
+
+    monkeypatch.setattr(fold_constants, "_Rewrite", refuse)
+    mod = MODULES[name]()
+    ours = run_pass(FoldConstants, mod)
+    tvm.ir.assert_structural_equal(ours, relax.transform.FoldConstant()(mod))
+
+
+def test_packing_walks_each_layout_map_once_per_shape():
+    # A ResNet's batch-norm vectors and weights: 45 packings, 3 maps and shapes.
+    mod = packed(zoo.with_constant_weights(zoo.NETWORKS["resnet"]()))
+    constant_eval._scatter_targets.cache_clear()
+    assert constant_calls(run_pass(FoldConstants, mod)) == []
+    packings = constant_eval._scatter_targets.cache_info()
+    assert (packings.hits, packings.misses) == (42, 3)
 
 
 def test_structural_equality_sees_one_ulp_in_a_constant():

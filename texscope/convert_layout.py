@@ -29,14 +29,15 @@ from .rewrites.decompose import DecomposeForGPU
 from .errors import TexscopeError
 from .rewrites.fold_constants import fold_constants
 from .ir.graph import CALL_TIR, relax_bindings, require_shapes
-from .rewrites.legalize import legalization_of, legalize_map
+from .rewrites.legalize import legalization_of, legalize_map, once_per_signature
 from .rewrites.pad_channels import PadChannels
-from .ir.rebuild import Rebuilder
 from .knowledge.targets import texture_target
 
 
 def _recording(op_name: str, fields: list[str]):
-    default = legalization_of(op_name)
+    # Below the recording: what is cached is the PrimFunc as legalized, which
+    # is what each call's legalization would add before its attributes go on.
+    default = once_per_signature(legalization_of(op_name))
 
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         lowered = default(bb, call)
@@ -44,7 +45,12 @@ def _recording(op_name: str, fields: list[str]):
                 and lowered.op.name == CALL_TIR:
             gvar = lowered.args[0]
             record = {"op": op_name, **{f: str(getattr(call.attrs, f)) for f in fields}}
-            bb.update_func(gvar, bb.get()[gvar].with_attr(registry.OP_RECORD_ATTR, record))
+            func = bb.get()[gvar]
+            # A call of variables reuses a kernel recorded already: writing the
+            # same record again would rehash the kernel for nothing.
+            recorded = func.attrs.get(registry.OP_RECORD_ATTR) if func.attrs else None
+            if recorded is None or not tvm_ffi.structural_equal(recorded, record):
+                bb.update_func(gvar, func.with_attr(registry.OP_RECORD_ATTR, record))
         return lowered
 
     return legalize
@@ -78,22 +84,13 @@ def merge_identical_prim_funcs(mod: tvm.IRModule, before: tvm.IRModule | None = 
     functions = {g: f for g, f in mod.functions.items() if g not in canonical}
     for gvar, func in functions.items():
         if isinstance(func, relax.Function):
-            functions[gvar] = _redirect_calls(mod, func, canonical)
+            functions[gvar] = _redirect_calls(func, canonical)
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
-def _redirect_calls(mod: tvm.IRModule, func: relax.Function, canonical: dict) -> relax.Function:
-    rebuilder = Rebuilder(mod)
-
-    def rewrite(binding):
-        value = binding.value
-        if not isinstance(value, relax.Call):
-            return rebuilder.substitute(value)
-        if value.args and value.args[0] in canonical:
-            return rebuilder.substitute_call(value, canonical[value.args[0]])
-        return rebuilder.substitute_call(value)
-
-    return rebuilder.run(func, list(func.params), rewrite)
+def _redirect_calls(func: relax.Function, canonical: dict) -> relax.Function:
+    # Only callees change, to kernels of the same type: no binding is retyped.
+    return tvm_ffi.structural_map(func, (tvm.ir.GlobalVar, lambda gvar: canonical.get(gvar, gvar)))
 
 
 def _all_constant(expr) -> bool:

@@ -32,3 +32,22 @@ class NothingToFold:
             gv = R.multiply(x, t)
             R.output(gv)
         return gv
+
+
+def _with_loosely_typed_constant() -> "I.IRModule":
+    """x * (scale + scale) where the sum's variable is typed with no shape:
+    once it is the constant, the product's type is inferred anew (it gets
+    the shape)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 4, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            total = bb.normalize(relax.op.add(relax.const(SCALE), relax.const(SCALE)))
+            loose = relax.DataflowVar("total", relax.TensorType(dtype="float32", ndim=4))
+            bb.emit_normalized(relax.VarBinding(loose, total))
+            out = bb.emit_output(relax.op.multiply(x, loose))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+LooselyTypedConstant = _with_loosely_typed_constant()

@@ -12,9 +12,11 @@ LLVM both round each operation once, to nearest even).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
+import tvm_ffi
 from tvm import relax, tirx
 
 from ..ir.graph import static_shape
@@ -66,20 +68,32 @@ def _index_values(expr, env: dict) -> np.ndarray | int | None:
     return None if a is None or b is None else combine(a, b)
 
 
+@functools.lru_cache(maxsize=256)
+def _scatter_targets(index_map_key: tvm_ffi.StructuralKey, shape: tuple[int, ...]):
+    """Where each element of a tensor of ``shape`` goes (broadcastable index
+    arrays), None where the map has a node numpy cannot evaluate.  Walking the
+    map costs most of a fold and packing repeats few maps: kept per map."""
+    index_map = index_map_key.key
+    grids = np.indices(shape, dtype=np.int64, sparse=True)
+    env = dict(zip(index_map.initial_indices, grids))
+    targets = [_index_values(e, env) for e in index_map.final_indices]
+    if any(t is None for t in targets):
+        return None
+    return tuple(np.broadcast_to(t, shape) for t in targets)
+
+
 def _layout_transform(call: relax.Call, values: list[np.ndarray]) -> np.ndarray | None:
     """Scatter every element to the index its map gives; padding gets the pad value."""
     data, shape = values[0], _static_shape(call)
     index_map = call.attrs.index_map
     if shape is None or len(index_map.initial_indices) != data.ndim:
         return None
-    grids = np.indices(data.shape, dtype=np.int64, sparse=True)
-    env = dict(zip(index_map.initial_indices, grids))
-    targets = [_index_values(e, env) for e in index_map.final_indices]
-    if any(t is None for t in targets):
+    targets = _scatter_targets(tvm_ffi.StructuralKey(index_map), data.shape)
+    if targets is None:
         return None
     pad = call.attrs.pad_value
     out = np.full(shape, 0 if pad is None else pad.value, dtype=data.dtype)
-    out[tuple(np.broadcast_to(t, data.shape) for t in targets)] = data
+    out[targets] = data
     return out
 
 

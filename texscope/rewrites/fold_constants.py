@@ -13,7 +13,10 @@ module (the tests compare it with ``FoldConstant``'s, constants bit for bit):
    run, and the walk repeats while that made new constants;
 2. the rewrite, as ``FoldConstant`` writes it: a variable bound to a constant
    becomes the constant wherever it is used, a variable bound to a shape
-   becomes the shape where an operator takes it, unused bindings go.
+   becomes the shape where an operator takes it, unused bindings go.  Where
+   every such variable had its constant's type, re-inferring the types of
+   the calls that use it gives them back unchanged, so the substitution
+   keeps them (in C++, a fraction of the time).
 
 As ``FoldConstant``, it folds only calls inside dataflow blocks (here only
 those of a function's top-level blocks) with one static tensor result.
@@ -237,9 +240,40 @@ class _Rewrite(relax.PyExprMutator):
         return arg
 
 
+def _takes_a_shape_variable(func: relax.Function, known: _FunctionValues) -> bool:
+    return any(
+        isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
+        and not binding.value.op.same_as(_CALL_TIR)
+        and any(isinstance(arg, relax.Var) and arg in known.shapes for arg in binding.value.args)
+        for block in func.body.blocks for binding in block.bindings)
+
+
+def _typed_as_their_constants(known: _FunctionValues) -> bool:
+    return all(tvm_ffi.structural_equal(var.ty, value.ty) for var, value in known.constants.items())
+
+
+def _with_constants_in_place(func: relax.Function, known: _FunctionValues) -> relax.Function:
+    """``func`` with each use of a variable bound to a constant replaced by it,
+    types kept.
+
+    :class:`_Rewrite` re-infers the type of every call it changes, most of
+    folding's time; where every such variable has its constant's type and no
+    operator takes a shape variable, inference gives the types back as they
+    were, so they are kept.
+    """
+
+    def use(var, region):
+        return var if region != tvm_ffi.DefRegionKind.NONE else known.constants.get(var, var)
+
+    return tvm_ffi.structural_map(func, with_def_region_kind=(relax.Var, use))
+
+
 def _rewritten(mod: tvm.IRModule, func: relax.Function, known: _FunctionValues):
-    if known.constants or known.shapes:
+    if known.shapes and _takes_a_shape_variable(func, known) \
+            or not _typed_as_their_constants(known):
         func = _Rewrite(mod, known).visit_expr(func)
+    elif known.constants:
+        func = _with_constants_in_place(func, known)
     return relax.analysis.remove_all_unused(func)
 
 

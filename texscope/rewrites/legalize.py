@@ -9,10 +9,9 @@ directly.  TVM's compute also writes float32 whatever the call's output type
 (float16 convs then fail in FuseTIR on mismatched buffers), so only ungrouped
 float32 convs keep it.
 
-Every operator, once per signature: LegalizeOps builds a TE compute and a
-PrimFunc for each call, even for the nine identical batch norms of a ResNet,
-which was most of stage 1's time.  :func:`once_per_signature` reuses the
-PrimFunc of an earlier call with the same operator, attributes and types.
+Every operator, once per signature (:mod:`texscope.rewrites.legalize_once`):
+LegalizeOps builds a TE compute and a PrimFunc for each call, even for the
+nine identical batch norms of a ResNet, which was most of stage 1's time.
 
 Layout transforms, as a gather: TVM writes a bijective layout transform as a
 loop over the input scattering to transformed indices, which
@@ -24,14 +23,14 @@ Indexing each output element through the inverse map makes it injective.
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import relax, te, topi
 from tvm.relax.transform.legalize_ops import adreno as legalize_adreno
 from tvm.topi.nn.utils import get_pad_tuple
 from tvm.topi.utils import get_const_tuple
 
-from ..ir.graph import CALL_TIR, relax_bindings, static_shape
+from ..ir.graph import relax_bindings, static_shape
 from ..knowledge import registry
+from .legalize_once import once_per_signature
 
 
 def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype,
@@ -137,49 +136,6 @@ def packed_legalizations() -> dict:
     return {op: LEGALIZATIONS[name] for op, name in registry.packed_legalizations().items()}
 
 
-def _signature(call: relax.Call) -> tuple:
-    return (call.attrs, *(arg.ty for arg in call.args), call.ty)
-
-
-def _same(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
-
-
-def _reusable(call: relax.Call, lowered: relax.Expr) -> bool:
-    """Whether ``lowered`` is a plain ``call_tir`` of the call's own arguments."""
-    return (isinstance(lowered, relax.Call) and isinstance(lowered.op, tvm.ir.Op)
-            and lowered.op.name == CALL_TIR and len(lowered.args) == 2
-            and isinstance(lowered.args[1], relax.Tuple)
-            and len(lowered.args[1].fields) == len(call.args)
-            and all(f.same_as(a) for f, a in zip(lowered.args[1].fields, call.args)))
-
-
-def once_per_signature(legalize):
-    """``legalize`` run once per distinct (attributes, argument types, result
-    type); later calls with that signature call the same PrimFunc.
-
-    Calls with a non-variable argument (a constant, a tuple) are legalized
-    each time, as are legalizations that are not one plain ``call_tir``.
-    """
-    seen: dict[int, list[tuple[tuple, relax.Call]]] = {}
-
-    def run(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-        if not all(isinstance(arg, relax.Var) for arg in call.args):
-            return legalize(bb, call)
-        signature = _signature(call)
-        bucket = seen.setdefault(tvm_ffi.structural_hash(signature), [])
-        for known, lowered in bucket:
-            if _same(known, signature):
-                return relax.Call(lowered.op, [lowered.args[0], relax.Tuple(list(call.args))],
-                                  lowered.attrs, lowered.ty_args)
-        lowered = legalize(bb, call)
-        if _reusable(call, lowered):
-            bucket.append((signature, lowered))
-        return lowered
-
-    return run
-
-
 def legalization_of(op_name: str):
     """texscope's legalization of an operator where it replaces TVM's, else TVM's
     (None for an operator without one)."""
@@ -189,8 +145,10 @@ def legalization_of(op_name: str):
 def legalize_map(mod: tvm.IRModule, overrides: dict | None = None,
                  skip: list[str] = ()) -> dict:
     """A ``customize_legalize_map`` for LegalizeOps covering every operator
-    called in ``mod`` but ``skip``: ``overrides`` where given, else
-    :func:`legalization_of`, each :func:`once_per_signature`."""
+    called in ``mod`` but ``skip``: ``overrides`` where given (as they are:
+    one that changes what it legalized wraps its own legalization in
+    :func:`once_per_signature`), else :func:`legalization_of`,
+    :func:`once_per_signature`."""
     overrides = overrides or {}
     ops = {
         binding.value.op.name for _, binding in relax_bindings(mod)
@@ -198,18 +156,23 @@ def legalize_map(mod: tvm.IRModule, overrides: dict | None = None,
     }
     table = {}
     for name in sorted(ops - set(skip)):
-        legalize = overrides.get(name) or legalization_of(name)
-        if legalize is not None:
-            table[name] = once_per_signature(legalize)
+        if name in overrides:
+            table[name] = overrides[name]
+        elif legalization_of(name) is not None:
+            table[name] = once_per_signature(legalization_of(name))
     return table
 
 
 def LegalizeOnce(overrides: dict | None = None,  # pylint: disable=invalid-name
                  skip: tuple[str, ...] = ()) -> tvm.ir.transform.Pass:
-    """LegalizeOps with :func:`legalize_map`: one PrimFunc per signature."""
+    """LegalizeOps with :func:`legalize_map`, ``overrides`` (plain
+    legalizations) each :func:`once_per_signature` too: one TE compute and
+    PrimFunc per signature."""
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.LegalizeOnce")
     def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return relax.transform.LegalizeOps(legalize_map(mod, overrides, skip), list(skip))(mod)
+        # A table per run: what once_per_signature keeps belongs to one BlockBuilder.
+        once = {op: once_per_signature(f) for op, f in (overrides or {}).items()}
+        return relax.transform.LegalizeOps(legalize_map(mod, once, skip), list(skip))(mod)
 
     return run

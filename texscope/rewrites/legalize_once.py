@@ -1,0 +1,221 @@
+"""Legalize each operator signature once, leaving the module per-call legalization made.
+
+LegalizeOps runs an operator's legalization (a TE compute and
+``create_prim_func``) for every call, even for a ResNet's nine identical
+batch norms or a network's hundred bias adds of one shape; that was most of
+stage 1's legalization time.  :func:`once_per_signature` runs it once per
+signature and repeats what it did for the other calls, so the module is,
+names included, the one texscope made before, when only calls of variables
+were cached:
+
+* a call of variables only calls the PrimFunc of the first such call;
+* any other call (a constant bias, a scalar, a tuple of indices), which was
+  legalized anew, adds the first call's PrimFunc again with its tensor
+  parameters named after this call's variables, as ``call_te`` names them.
+  The BlockBuilder then does what it did with the PrimFunc legalized anew:
+  returns the first call's GlobalVar where that PrimFunc is unchanged, or a
+  fresh name where stage 1 has recorded attributes on it since
+  (:func:`texscope.convert_layout.merge_identical_prim_funcs` merges those
+  copies afterwards).
+
+A legalization that is not one ``call_tir`` of the call's own arguments
+through one PrimFunc it added is run for every call.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import attrs
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..ir.graph import CALL_TIR, Constant
+
+# Held while BlockBuilder.add_func is patched (re-entrant: a legalization may
+# legalize in turn).
+_NOTING = threading.RLock()
+
+
+def _argument_key(arg: relax.Expr):
+    """What a legalization may read of one argument (None: more than can be
+    compared, so the call is legalized on its own).
+
+    Tensor variables by type.  Constants by type, 0-d ones by value: TVM's
+    legalizations write a scalar constant into the PrimFunc (a PReLU's
+    ``maximum(x, 0)``) and read no other constant's values.  Other
+    expressions (shapes, tuples of indices) whole.  A variable of another
+    type may be looked through to its binding (``concat`` of a tuple
+    variable, ``reshape`` to a shape variable).
+    """
+    if isinstance(arg, relax.Var):
+        return arg.ty if isinstance(arg.ty, relax.TensorType) else None
+    if isinstance(arg, Constant):
+        return arg if arg.ty.ndim == 0 else ("constant", arg.ty)
+    return arg
+
+
+def _signature(call: relax.Call) -> tuple | None:
+    keys = [_argument_key(arg) for arg in call.args]
+    if any(key is None for key in keys):
+        return None
+    # Which arguments are one variable: call_te gives each its own parameter,
+    # but where they sit in the call_tir must stay the same.
+    aliases = [next(j for j, other in enumerate(call.args) if other.same_as(arg))
+               for arg in call.args]
+    return (call.attrs, *keys, call.ty, *call.ty_args, *aliases)
+
+
+def _variables_only_signature(call: relax.Call) -> tuple | None:
+    if not all(isinstance(arg, relax.Var) for arg in call.args):
+        return None
+    return (call.attrs, *(arg.ty for arg in call.args), call.ty)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
+
+
+def _plain_call_tir(lowered: relax.Expr) -> bool:
+    return (isinstance(lowered, relax.Call) and isinstance(lowered.op, tvm.ir.Op)
+            and lowered.op.name == CALL_TIR and len(lowered.args) == 2
+            and isinstance(lowered.args[1], relax.Tuple))
+
+
+def _argument_positions(call: relax.Call, lowered: relax.Call) -> list[int] | None:
+    """Where each operand of the ``call_tir``, in order, sits among the call's
+    arguments (None where one is not an argument: a rewritten operand)."""
+    positions, start = [], 0
+    for field in lowered.args[1].fields:
+        found = next((i for i in range(start, len(call.args)) if call.args[i].same_as(field)), None)
+        if found is None:
+            return None
+        positions.append(found)
+        start = found + 1
+    return positions
+
+
+@attrs.frozen
+class _Legalized:
+    """One legalization to repeat: the ``call_tir`` it returned, where its
+    operands come from, and the PrimFunc it added with the name hint it gave."""
+
+    lowered: relax.Call
+    positions: tuple[int, ...]
+    prim_func: tvm.tirx.PrimFunc
+    name_hint: str
+
+    def repeat(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Call:
+        operands = [call.args[i] for i in self.positions]
+        gvar = bb.add_func(_named_after(self.prim_func, operands), self.name_hint)
+        return relax.Call(self.lowered.op, [gvar, relax.Tuple(operands)],
+                          self.lowered.attrs, self.lowered.ty_args)
+
+
+def _named_after(func: tvm.tirx.PrimFunc, operands: list[relax.Expr]) -> tvm.tirx.PrimFunc:
+    """``func`` with the parameter of each variable operand named after it."""
+    renamed = {
+        param: tvm.ir.Var(operand.name, param.ty)
+        for param, operand in zip(func.params, operands)
+        if isinstance(operand, relax.Var) and param.name != operand.name
+    }
+    if not renamed:
+        return func
+    return tvm_ffi.structural_map(func, (tvm.ir.Var, lambda var: renamed.get(var, var)))
+
+
+def _named_as_call_te_names(func, operands: list[relax.Expr]) -> bool:
+    """Whether ``func``'s parameters are named after the variable operands,
+    as ``call_te`` names them (so :func:`_named_after` repeats it exactly)."""
+    return len(func.params) >= len(operands) and all(
+        param.name == operand.name
+        for param, operand in zip(func.params, operands) if isinstance(operand, relax.Var))
+
+
+def _legalize_noting_added(legalize, bb: relax.BlockBuilder, call: relax.Call):
+    """``legalize(bb, call)``, and the (PrimFunc, name hint, GlobalVar) of each
+    function it added to ``bb``."""
+    added = []
+
+    def noting(builder, func, name_hint):
+        gvar = add_func(builder, func, name_hint)
+        if builder.same_as(bb):
+            added.append((func, name_hint, gvar))
+        return gvar
+
+    # TVM's legalizations are FFI functions: the BlockBuilder they get is
+    # another Python object for the same builder, so only the class sees
+    # their call_te add its PrimFunc.  One thread at a time patches it (a
+    # second one would restore the first one's patch).
+    with _NOTING:
+        add_func = relax.BlockBuilder.add_func
+        relax.BlockBuilder.add_func = noting
+        try:
+            return legalize(bb, call), added
+        finally:
+            relax.BlockBuilder.add_func = add_func
+
+
+def _repeatable(call: relax.Call, lowered: relax.Expr, added: list) -> _Legalized | None:
+    if not _plain_call_tir(lowered) or len(added) != 1:
+        return None
+    func, name_hint, gvar = added[0]
+    positions = _argument_positions(call, lowered)
+    if positions is None or not gvar.same_as(lowered.args[0]) \
+            or not isinstance(func, tvm.tirx.PrimFunc) \
+            or not _named_as_call_te_names(func, list(lowered.args[1].fields)):
+        return None
+    return _Legalized(lowered, tuple(positions), func, name_hint)
+
+
+class _Seen:
+    """Signatures seen, bucketed by structural hash."""
+
+    def __init__(self):
+        self._buckets: dict[int, list[tuple[tuple, object]]] = {}
+
+    def find(self, signature: tuple):
+        bucket = self._buckets.get(tvm_ffi.structural_hash(signature), [])
+        return next((done for known, done in bucket if _same(known, signature)), None)
+
+    def add(self, signature: tuple, done) -> None:
+        self._buckets.setdefault(tvm_ffi.structural_hash(signature), []).append((signature, done))
+
+
+def once_per_signature(legalize):
+    """``legalize`` run once per distinct signature, repeated for the other
+    calls with it (see the module docstring).
+
+    The signature is the operator's attributes, each argument's type (a 0-d
+    constant's value; shapes and tuples whole), which arguments are one
+    variable, the result type and ``ty_args``.  Make one per LegalizeOps run:
+    what it keeps belongs to one BlockBuilder.
+    """
+    variables_only, with_others = _Seen(), _Seen()
+
+    def run(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        plain = _variables_only_signature(call)
+        if plain is not None:
+            lowered = variables_only.find(plain)
+            if lowered is not None:
+                return relax.Call(lowered.op, [lowered.args[0], relax.Tuple(list(call.args))],
+                                  lowered.attrs, lowered.ty_args)
+            lowered = legalize(bb, call)
+            if _plain_call_tir(lowered) and _argument_positions(call, lowered) \
+                    == list(range(len(call.args))):
+                variables_only.add(plain, lowered)
+            return lowered
+        signature = _signature(call)
+        if signature is None:
+            return legalize(bb, call)
+        done = with_others.find(signature)
+        if done is not None:
+            return done.repeat(bb, call)
+        lowered, added = _legalize_noting_added(legalize, bb, call)
+        done = _repeatable(call, lowered, added)
+        if done is not None:
+            with_others.add(signature, done)
+        return lowered
+
+    return run
