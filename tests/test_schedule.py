@@ -182,3 +182,15 @@ def test_a_texture_kernel_no_schedule_puts_on_threads_is_a_named_error():
     with pytest.raises(texscope.TexscopeError, match="on GPU threads") as err:
         texscope.build(texel_cases.LayerNormBetweenConvs, "adreno-opencl")
     assert err.value.function == "main" and err.value.binding is not None
+
+
+def test_a_layout_transform_tvms_adreno_rule_cannot_schedule_goes_to_the_next_rule():
+    func = texel_cases.half_unpack
+    with ADRENO, pytest.raises(TypeError, match="split"):
+        dlight.adreno.LayoutTransform().apply(func, ADRENO, False)
+    with ADRENO:
+        scheduled = schedule.ScheduleKernels(*schedule.schedule_passes()[0].rules, jobs=1)(
+            tvm.IRModule({"unpack": func}))
+    # The generic fallback took it: its loop runs on GPU threads.
+    assert "T.thread_binding" in scheduled["unpack"].script()
+    assert scheduled["unpack"].attrs["tirx.is_scheduled"]

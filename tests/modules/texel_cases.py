@@ -227,3 +227,16 @@ class LayerNormBetweenConvs:
             gv = R.nn.conv2d(n, w2, padding=(1, 1))
             R.output(gv)
         return gv
+
+
+@T.prim_func(private=True, s_tir=True)
+def half_unpack(packed: T.Buffer((T.int64(1), T.int64(168), T.int64(4)), "float16"),
+                flat: T.Buffer((T.int64(1), T.int64(672)), "float16")):
+    # hand_landmark_lite in float16: an unpack whose read and write vectorize
+    # different loops (TVM's Adreno LayoutTransform rule fails on it).
+    for i0, i1 in T.grid(T.int64(1), T.int64(672)):
+        with T.sblock("te_layout_transform"):
+            v_i0, v_i1 = T.axis.remap("SS", [i0, i1])
+            T.reads(packed[v_i0, v_i1 // T.int64(4), v_i1 % T.int64(4)])
+            T.writes(flat[v_i0, v_i1])
+            flat[v_i0, v_i1] = packed[v_i0, v_i1 // T.int64(4), v_i1 % T.int64(4)]

@@ -234,16 +234,25 @@ class EpilogueConv2d(dlight.ScheduleRule):
 
 
 class _NoneOnScheduleError(dlight.ScheduleRule):
-    """One of TVM's generic rules, declining (None) where it fails.
+    """One of TVM's rules, declining (None) where it fails with one of
+    ``errors`` (a ScheduleError by default); the next rule takes the kernel.
 
     ``dlight.gpu.GeneralReduction`` binds a reduction shorter than its 256
     threads and stops in ``bind`` ("does not have compact dataflow"), as it
     does on a conv of symbolic size with 27 or 36 products per output; the
     next rule (``dlight.gpu.Fallback``) schedules that kernel.
+
+    ``dlight.adreno.LayoutTransform``, where a transform's read and write
+    vectorize different loops and the read's vector is not the longer (float16
+    packing in hand_landmark_full and _lite), passes ``split`` a bare factor
+    (a TypeError) and would then vectorize a loop it never made: that branch
+    cannot work, so the kernel goes to texscope's TexelWriter or the Adreno
+    fallback.
     """
 
-    def __init__(self, rule: dlight.ScheduleRule):
+    def __init__(self, rule: dlight.ScheduleRule, errors: tuple = (s_tir.ScheduleError,)):
         self.rule = rule
+        self.errors = errors
 
     def is_target_available(self, target) -> bool:
         return self.rule.is_target_available(target)
@@ -251,7 +260,7 @@ class _NoneOnScheduleError(dlight.ScheduleRule):
     def apply(self, func, target, tunable):
         try:
             return self.rule.apply(func, target, tunable)
-        except s_tir.ScheduleError:
+        except self.errors:
             return None
 
 
@@ -375,7 +384,8 @@ def schedule_passes(jobs: int | None = None) -> list:
     return [
         ScheduleKernels(
             EpilogueConv2d(),
-            _on_every_texture_target(dlight.adreno.LayoutTransform),
+            _NoneOnScheduleError(_on_every_texture_target(dlight.adreno.LayoutTransform),
+                                 errors=(s_tir.ScheduleError, TypeError)),
             TexelWriter(),
             TextureFallback(),
             # Kernels of no texture: TVM's generic GPU rules.
