@@ -24,6 +24,7 @@ from conftest import run_pass
 from test_tflite import IMPORTABLE
 from modules import rules
 from modules.storage_reuse import LateShrinks, SmallAfterBig
+from test_opencl_run import NETWORKS
 
 TOLERANCE = dict(rtol=1e-3, atol=1e-3)
 PAGE = 4096
@@ -113,12 +114,7 @@ def _build(mod, target="adreno-opencl", **context):
     return result, capture.modules[-1]
 
 
-SMALL_NETWORKS = {
-    "resnet": lambda: zoo.resnet_style(blocks=2, channels=16, image=32),
-    "mobilenet_v2": lambda: zoo.mobilenet_v2_style(blocks=2, channels=16, image=32),
-    "unet": lambda: zoo.unet_style(depth=2, channels=16, image=32),
-    "inception": lambda: zoo.inception_block(channels=16, image=16),
-}
+SMALL_NETWORKS = NETWORKS  # the networks the OpenCL tests run
 
 
 @pytest.mark.parametrize("name", SMALL_NETWORKS)
