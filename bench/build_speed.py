@@ -6,10 +6,10 @@ Target({"kind": "opencl"}, host="llvm"))``, buffers only) and
 (so load on the machine falls on both alike), garbage collection off while
 timing; printed: the medians, their ratio (the target is <= 0.5x), the
 stage of texscope's build that took longest, and the peak device memory of
-both builds (``texscope.backend.memory``: as the VM allocates after TVM's memory
-planning, texscope's image storages sized by ``SizeTextureStorages``; for
-texscope also the texel padding in its peak; ``bench/memory.py`` compares
-the peaks in full).
+both builds (``texscope.backend.memory``: as the VM allocates after memory
+planning, TVM's for its build, texscope's storage assignment for texscope's
+(``texscope.backend.storage_plan``); for texscope also the texel padding in
+its peak; ``bench/memory.py`` compares the peaks in full).
 
 Models: texscope's zoo, and the MediaPipe 0.10.14 .tflite models of
 ``texscope.models.corpus`` (fetched on first use), imported once by texscope's
