@@ -39,7 +39,8 @@ import attrs
 import tvm
 from tvm import relax
 
-from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, KILL_STORAGE, KILL_TENSOR, static_dims
+from ..ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, KILL_STORAGE, KILL_TENSOR, static_bytes,
+                        static_dims)
 from ..knowledge.scopes import (FLAVOUR_AXES, TEXEL_LANES, image_bytes, is_packed_texel_shape,
                                 is_texture_scope)
 
@@ -86,17 +87,6 @@ class DeviceMemory:
     buffer_bytes: int
     texel_padding_bytes: int
     pooled_bytes: int
-
-
-def _tensor_bytes(ty) -> int:
-    if isinstance(ty, relax.TupleType):
-        return sum(_tensor_bytes(field) for field in ty.fields)
-    shape = getattr(ty, "shape", None)
-    if not isinstance(ty, relax.TensorType) or not isinstance(shape, relax.ShapeExpr):
-        return 0
-    dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else 0 for d in shape.values]
-    dtype = tvm.DataType(str(ty.dtype))
-    return math.prod(dims) * dtype.bits * dtype.lanes // 8
 
 
 def shape_expr_dims(shape) -> tuple[int, ...] | None:
@@ -185,7 +175,7 @@ def _constants(func: relax.Function) -> int:
 
     def visit(expr):
         if isinstance(expr, tvm.ir.expr.GenericConst):
-            seen[expr] = _tensor_bytes(expr.ty)
+            seen[expr] = static_bytes(expr.ty)
         elif isinstance(expr, relax.Tuple):
             for field in expr.fields:
                 visit(field)
@@ -229,7 +219,7 @@ class _Lifetimes:
 
 def _lifetimes(mod: tvm.IRModule, function: str) -> _Lifetimes:
     func = mod[function]
-    inputs = sum(_tensor_bytes(p.ty) for p in func.params) + _constants(func)
+    inputs = sum(static_bytes(p.ty) for p in func.params) + _constants(func)
     sizes: dict[relax.Var, int] = {}
     tensors: dict[relax.Var, list[_Tensor]] = {}
     holder: dict[relax.Var, relax.Var] = {}  # tensor -> its storage

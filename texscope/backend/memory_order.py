@@ -21,23 +21,11 @@ those it reads computes the same values.
 
 from __future__ import annotations
 
-import math
 
 import tvm
 from tvm import relax
 
-from ..ir.graph import static_shape, tensor_types, vars_read
-
-
-def _bytes(ty) -> int:
-    total = 0
-    for tensor in tensor_types(ty):
-        shape = static_shape(tensor)
-        if shape is None:
-            return 0  # symbolic: unknown, so it does not steer the order
-        dtype = tvm.DataType(str(tensor.dtype))
-        total += math.prod(shape) * dtype.bits * dtype.lanes // 8
-    return total
+from ..ir.graph import static_bytes, vars_read
 
 
 def _makes_memory(value) -> bool:
@@ -61,7 +49,7 @@ class _Block:
             self.reads.append(read)
             if _makes_memory(binding.value):
                 self.roots.append((i,))
-                self.size.append(_bytes(binding.var.ty))
+                self.size.append(static_bytes(binding.var.ty))
             else:
                 self.roots.append(tuple(sorted({r for j in read for r in self.roots[j]})))
                 self.size.append(0)

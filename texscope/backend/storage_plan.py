@@ -45,14 +45,13 @@ otherwise.
 
 from __future__ import annotations
 
-import math
 
 import attrs
 import numpy as np
 import tvm
 from tvm import relax
 
-from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, vars_read
+from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, nbytes, vars_read
 from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, allocated_tensor, op_name,
                      pooled_bytes, shape_expr_dims, storage_bytes)
 
@@ -297,8 +296,7 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
         if name == BUILTIN_ALLOC_TENSOR:
             shape = shape_expr_dims(value.args[0])
             if shape is not None:
-                dtype = tvm.DataType(str(value.args[1].value))
-                results.append((j, len(bindings), math.prod(shape) * dtype.bits * dtype.lanes // 8))
+                results.append((j, len(bindings), nbytes(shape, value.args[1].value)))
         if name == ALLOC_TENSOR and value.args[0] in storages:
             storage = value.args[0]
             offset = value.args[1]

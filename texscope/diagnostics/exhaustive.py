@@ -15,7 +15,6 @@ choices.
 from __future__ import annotations
 
 import itertools
-import math
 
 import attrs
 import tvm
@@ -25,7 +24,7 @@ from ..cleanup import Cleanup
 from ..collect_consumer import ConsumerInfo, collect_consumer
 from ..collect_producer import ProducerInfo, plan_of, writable
 from ..define_vdevice import define_vdevice
-from ..ir.graph import TO_VDEVICE, dps_inputs, relax_bindings, tensor_types
+from ..ir.graph import TO_VDEVICE, dps_inputs, relax_bindings, static_bytes, tensor_types
 from ..knowledge import registry
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope
@@ -101,10 +100,6 @@ def _textures(ty):
             if t.vdevice is not None and is_texture_scope(t.vdevice.memory_scope)]
 
 
-def _bytes(ty: relax.TensorType) -> int:
-    return math.prod(int(d) for d in ty.shape.values) * tvm.DataType(str(ty.dtype)).bits // 8
-
-
 def realized_price(mod: tvm.IRModule, texture: TextureTarget) -> float:
     """What an annotated module costs, read from its IR, in bytes-copied
     equivalents: per ``to_vdevice`` the bytes it moves plus the profile's
@@ -122,12 +117,12 @@ def realized_price(mod: tvm.IRModule, texture: TextureTarget) -> float:
         if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
             continue
         if call.op.name == TO_VDEVICE:
-            total += _bytes(call.args[0].ty) + prices.copy_launch_bytes
+            total += static_bytes(call.args[0].ty) + prices.copy_launch_bytes
             continue
         support = registry.support_for(call, mod)
         for arg in dps_inputs(call):
-            total -= sum(prices.read_gain(support) * _bytes(t) for t in _textures(arg.ty))
-        total -= sum(prices.write_gain(support) * _bytes(t) for t in _textures(binding.var.ty))
+            total -= sum(prices.read_gain(support) * static_bytes(t) for t in _textures(arg.ty))
+        total -= sum(prices.write_gain(support) * static_bytes(t) for t in _textures(binding.var.ty))
     return total
 
 

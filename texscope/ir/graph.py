@@ -151,6 +151,19 @@ def static_dims(dims) -> tuple[int, ...] | None:
     return tuple(int(dim.value) for dim in dims)
 
 
+def nbytes(shape, dtype) -> int:
+    """Bytes of a tensor of a static ``shape`` and ``dtype``."""
+    dtype = tvm.DataType(str(dtype))
+    return math.prod(shape) * dtype.bits * dtype.lanes // 8
+
+
+def static_bytes(ty) -> int:
+    """Bytes of the tensors of a type (through tuples); a tensor of symbolic
+    or unknown shape counts 0."""
+    return sum(nbytes(shape, tensor.dtype) for tensor in tensor_types(ty)
+               if (shape := static_shape(tensor)) is not None)
+
+
 def static_shape(ty) -> tuple[int, ...] | None:
     """The static shape of a tensor type; None if symbolic, unknown, or not a
     tensor type."""

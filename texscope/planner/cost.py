@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from ..knowledge import registry
-from ..ir.graph import TO_VDEVICE, dps_inputs, relax_bindings, static_shape
+from ..ir.graph import TO_VDEVICE, dps_inputs, relax_bindings, static_bytes
 from ..knowledge.registry import Storage
 from ..knowledge.targets import is_texture_scope, texture_target
 
@@ -92,13 +92,6 @@ class PlanCost:
     seconds: float = 0.0
 
 
-def _nbytes(ty) -> int:
-    shape = static_shape(ty)
-    if shape is None:
-        return 0
-    return math.prod(shape) * tvm.DataType(str(ty.dtype)).bits // 8
-
-
 def _in_texture(ty) -> bool:
     return isinstance(ty, relax.TensorType) and ty.vdevice is not None and \
         is_texture_scope(ty.vdevice.memory_scope)
@@ -133,7 +126,7 @@ def plan_cost(mod: tvm.IRModule, target=None, profile=None) -> PlanCost:
         if not isinstance(call, relax.Call) or isinstance(call.op, relax.GlobalVar):
             continue
         if _is_copy(call):
-            nbytes = _nbytes(call.args[0].ty)
+            nbytes = static_bytes(call.args[0].ty)
             copies += 1
             copy_bytes += nbytes
             total += units(nbytes + launch)
@@ -142,10 +135,10 @@ def plan_cost(mod: tvm.IRModule, target=None, profile=None) -> PlanCost:
         gain = prices.read_gain(support)
         for arg in dps_inputs(call):
             if _in_texture(arg.ty):
-                saving += gain * _nbytes(arg.ty)
-                total -= units(gain * _nbytes(arg.ty))
+                saving += gain * static_bytes(arg.ty)
+                total -= units(gain * static_bytes(arg.ty))
         if _in_texture(binding.var.ty):
-            written = prices.write_gain(support) * _nbytes(binding.var.ty)
+            written = prices.write_gain(support) * static_bytes(binding.var.ty)
             saving += written
             total -= units(written)
     return PlanCost(copies, copy_bytes, int(saving), total,
