@@ -52,6 +52,57 @@ BROADCAST_BINARY_OPS = (
 )
 
 
+@attrs.frozen
+class LayoutRule:
+    """How stage 1's layout conversion carries packed layouts through one
+    operator: what TVM's ConvertLayout does with it (its ``FRelaxInferLayout``),
+    which :mod:`texscope.rewrites.packed_layout` computes without building
+    TVM layout objects.  Operators TVM gives no layout inference need no
+    rule (their operands are unpacked); any other operator without a rule
+    sends the module to TVM's pass.
+
+    Parameters
+    ----------
+    kind : str
+        ``"elementwise"``: the output in its first operand's layout.
+        ``"broadcast"``: two operands of any ranks; the packed one's layout
+        where the other's shape packs the same way.
+        ``"desired"``: the layouts :func:`desired_layouts` asks (data,
+        kernel, output), written into ``layout_attrs``, where both operands'
+        shapes pack; else plain.
+        ``"window"``: a packed input's layout kept where its shape packs,
+        ``layout_attrs`` (input and output layout) named after it; else plain.
+        ``"plain"``: a packed input unpacked; the output plain.
+    layout_attrs : tuple of str
+        The attributes naming the layouts (``desired``, ``window``).
+    axes_operand : int, optional
+        For ``plain``: the operand holding a static tuple of axes, which
+        the conversion writes back non-negative (as int64).
+    """
+
+    kind: str
+    layout_attrs: tuple[str, ...] = ()
+    axes_operand: int | None = None
+
+
+_ELEMENTWISE_RULE = LayoutRule("elementwise")
+_BROADCAST_RULE = LayoutRule("broadcast")
+_CONV_LAYOUT_ATTRS = ("data_layout", "kernel_layout", "out_layout")
+
+LAYOUT_RULES: Mapping[str, LayoutRule] = {
+    **{op: _ELEMENTWISE_RULE for op in (
+        "relax.nn.relu", "relax.sigmoid", "relax.sqrt", "relax.astype", "relax.tanh",
+        "relax.exp",
+    )},
+    **{op: _BROADCAST_RULE for op in BROADCAST_BINARY_OPS},
+    "relax.nn.conv2d": LayoutRule("desired", _CONV_LAYOUT_ATTRS),
+    "relax.nn.max_pool2d": LayoutRule("window", ("layout", "out_layout")),
+    "relax.nn.avg_pool2d": LayoutRule("window", ("layout", "out_layout")),
+    "relax.expand_dims": LayoutRule("plain"),
+    "relax.strided_slice": LayoutRule("plain", axes_operand=1),
+}
+
+
 def recorded_op(call: relax.Call, mod: tvm.IRModule) -> tuple[str | None, Mapping]:
     """The operator behind a call and its attribute values.
 

@@ -1,0 +1,484 @@
+"""Stage 1's layout conversion: what TVM's ``ConvertLayout`` makes of a module,
+computed in Python for the operators whose layout rule the registry gives.
+
+TVM's pass builds layout objects (26 IterVars each), an arithmetic analyzer
+and a JSON round trip of an index map for every binding it touches: several
+hundred microseconds a binding, most of stage 1 on a real model.  The layouts
+stage 1 asks for are few (plain, or a plain layout with one channel split
+into whole texels), so they are kept here as TVM names them (``ABCD``,
+``ABCD4b``) and each rule is a few string operations.
+
+:func:`convert_layout` returns exactly the module TVM's pass returns: any
+operator without a rule (:data:`texscope.knowledge.registry.LAYOUT_RULES`),
+any layout or binding outside what the rules describe, sends the whole
+module to TVM's pass instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..knowledge import registry
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_CONSTANT = tvm.ir.expr.GenericConst
+# A layout is TVM's name of a LayoutDecision ("ABCD", "ABCD4b", "" for a
+# scalar), None for a value of unknown rank (not a tensor), or a tuple of
+# those for a tuple.
+Layout = "str | None | tuple"
+
+
+class Unsupported(Exception):
+    """Raised where the module leaves what the rules describe; the caller
+    then runs TVM's pass on the whole module."""
+
+
+def _initial(ndim: int) -> str:
+    if not 0 <= ndim <= 26:
+        raise Unsupported(f"rank {ndim}")
+    return _LETTERS[:ndim]
+
+
+def _axes(layout: str) -> list[str]:
+    """The axes of a layout name: ``"ABCD4b"`` -> ``["A", "B", "C", "D", "4b"]``."""
+    axes, factor = [], ""
+    for char in layout:
+        if char.isdigit():
+            factor += char
+        elif char.isupper() and not factor:
+            axes.append(char)
+        elif char.islower() and factor:
+            axes.append(factor + char)
+            factor = ""
+        else:
+            raise Unsupported(f"layout {layout}")
+    if factor:
+        raise Unsupported(f"layout {layout}")
+    return axes
+
+
+def _ndim(layout: str) -> int:
+    return len(_axes(layout))
+
+
+def _packed(layout: str) -> bool:
+    return any(not char.isupper() for char in layout)
+
+
+def _split_factors(layout: str) -> dict[str, int]:
+    """Each split primal axis of a layout and the factor of its subordinate."""
+    factors: dict[str, int] = {}
+    for axis in _axes(layout):
+        if len(axis) > 1:
+            primal = axis[-1].upper()
+            if primal in factors or primal not in layout:
+                raise Unsupported(f"layout {layout}")
+            factors[primal] = int(axis[:-1])
+    return factors
+
+
+def _can_prove_transform(src: str, dst: str, shape: Sequence) -> bool:
+    """TVM's CanProveLayoutTransform for a plain ``src``: every constant
+    extent survives ``dst`` and back (a split axis is a multiple of its factor)."""
+    primal = [c for c in dst if c.isupper()]
+    if (_packed(src) or len(set(src)) != len(src) or len(primal) != len(set(primal))
+            or sorted(primal) != sorted(src) or len(shape) != len(src)):
+        raise Unsupported(f"transform {src} -> {dst}")
+    factors = _split_factors(dst)
+    for axis, extent in zip(src, shape):
+        if not isinstance(extent, tvm.tirx.IntImm):
+            raise Unsupported("symbolic extent")
+        if axis in factors and extent.value % factors[axis]:
+            return False
+    return True
+
+
+def _transpose_sub_layout(ref: str, src: str, desired: str) -> str:
+    """TVM's TransposeSubLayoutStrLike: ``desired`` written in ``ref``'s letters
+    where ``src`` names them."""
+    out = []
+    for char in desired:
+        if char.isdigit():
+            out.append(char)
+            continue
+        where = src.find(char.upper())
+        if where < 0:
+            raise Unsupported(f"{char} not in {src}")
+        out.append(ref[where] if char.isupper() else ref[where].lower())
+    return "".join(out)
+
+
+def _tensor_ndim(ty) -> int | None:
+    if isinstance(ty, relax.TensorType):
+        return None if ty.ndim == -1 else ty.ndim
+    return None
+
+
+def _initial_of_type(ty) -> Layout:
+    if isinstance(ty, relax.TensorType):
+        if ty.ndim == -1:
+            raise Unsupported("tensor of unknown rank")
+        return _initial(ty.ndim)
+    if isinstance(ty, relax.TupleType):
+        return tuple(_initial_of_type(field) for field in ty.fields)
+    return None
+
+
+def _static_shape(expr: relax.Expr) -> list:
+    shape = expr.ty.shape if isinstance(expr.ty, relax.TensorType) else None
+    if not isinstance(shape, relax.ShapeExpr):
+        raise Unsupported("no static shape")
+    return list(shape.values)
+
+
+_INDEX_MAPS: dict[tuple[str, str], str] = {}
+
+
+def _index_map(src: str, dst: str) -> tvm.tirx.IndexMap:
+    """The index map TVM's pass writes into a layout transform from ``src`` to
+    ``dst``: a fresh object each time, as TVM's (a JSON round trip of one
+    built once per pair)."""
+    key = (src, dst)
+    if key not in _INDEX_MAPS:
+        indices = [tvm.tirx.Var(f"i{i}", "int32") for i in range(_ndim(src))]
+        final = tvm.s_tir.sbijective_layout(src, dst).forward_index(indices)
+        _INDEX_MAPS[key] = tvm.ir.save_json(tvm.tirx.IndexMap(indices, final, None))
+    return tvm.ir.load_json(_INDEX_MAPS[key])
+
+
+def _with_fields(attrs_obj, **changes):
+    info = type(attrs_obj).__tvm_ffi_type_info__
+    values = {f.name: getattr(attrs_obj, f.name) for f in info.fields}
+    values.update(changes)
+    return tvm.ir.make_node(info.type_key, **values)
+
+
+_HAS_INFER_LAYOUT: dict[str, bool] = {}
+
+
+def _has_infer_layout(op: tvm.ir.Op) -> bool:
+    name = op.name
+    if name not in _HAS_INFER_LAYOUT:
+        _HAS_INFER_LAYOUT[name] = op.get_attr("FRelaxInferLayout") is not None
+    return _HAS_INFER_LAYOUT[name]
+
+
+class _Inferred:
+    """One call's layouts: per tensor operand, of the output; new attributes
+    and replaced operands."""
+
+    __slots__ = ("inputs", "output", "attrs", "new_args")
+
+    def __init__(self, inputs, output, attrs_obj, new_args=None):
+        self.inputs = inputs
+        self.output = output
+        self.attrs = attrs_obj
+        self.new_args = new_args or {}
+
+
+class _BlockConverter:
+    """One dataflow block through the rules, as TVM's LayoutConvertMutator
+    walks it (one BlockBuilder per block)."""
+
+    def __init__(self, layout_cb: Callable[[relax.Call], Mapping]):
+        self.layout_cb = layout_cb
+        self.layouts: dict[relax.Var, Layout] = {}
+        self.remap: dict[relax.Var, relax.Var] = {}
+        self.bb = relax.BlockBuilder()
+
+    # -- layouts of expressions ------------------------------------------
+    def layout_of(self, expr: relax.Expr) -> Layout:
+        if isinstance(expr, relax.Var):
+            found = self.layouts.get(expr)
+            return found if found is not None or expr in self.layouts else _initial_of_type(expr.ty)
+        if isinstance(expr, _CONSTANT):
+            return _initial(expr.ty.ndim)
+        if isinstance(expr, relax.Tuple):
+            return tuple(self.layout_of(field) for field in expr.fields)
+        return None
+
+    def replace(self, expr: relax.Expr) -> relax.Expr:
+        if isinstance(expr, relax.Var):
+            return self.remap.get(expr, expr)
+        if isinstance(expr, relax.Tuple):
+            fields = [self.replace(f) for f in expr.fields]
+            if any(not new.same_as(old) for new, old in zip(fields, expr.fields)):
+                raise Unsupported("tuple of rewritten variables")
+        return expr
+
+    def rewrite(self, expr: relax.Expr, to: Layout) -> relax.Expr:
+        """``expr`` (variables renamed) in layout ``to``: unchanged, or wrapped
+        in a layout transform that the enclosing normalization binds."""
+        new = self.replace(expr)
+        source = self.layout_of(expr)
+        if source == to or source == "":
+            return new
+        if isinstance(source, tuple) or isinstance(to, tuple) or source is None or to is None:
+            raise Unsupported("conversion of a tuple or of an unknown rank")
+        if _ndim(source) == _ndim(to):
+            raise Unsupported("permutation")
+        return relax.op.layout_transform(new, _index_map(source, to))
+
+    def rewrite_args(self, args, to: Sequence[Layout]) -> list[relax.Expr]:
+        if len(to) > len(args):
+            raise Unsupported("more layouts than operands")
+        return [self.rewrite(arg, to[i]) if i < len(to) else arg for i, arg in enumerate(args)]
+
+    # -- emitting ----------------------------------------------------------
+    def reemit(self, binding: relax.VarBinding, value: relax.Expr) -> None:
+        var = binding.var
+        if value.same_as(binding.value):
+            self.bb.emit_normalized(binding)
+            return
+        if not tvm_ffi.structural_equal(var.ty, value.ty):
+            kind = relax.DataflowVar if isinstance(var, relax.DataflowVar) else relax.Var
+            new_var = kind(var.name, value.ty)
+            self.remap[var] = new_var
+            var = new_var
+        self.bb.emit_normalized(relax.VarBinding(var, value))
+
+    def convert(self, block: relax.DataflowBlock) -> relax.DataflowBlock:
+        self.bb._begin_dataflow_block()  # pylint: disable=protected-access
+        for binding in block.bindings:
+            if not isinstance(binding, relax.VarBinding):
+                raise Unsupported("match_cast")
+            value = binding.value
+            if isinstance(value, relax.Call):
+                self.visit_call(binding, value)
+            elif isinstance(value, relax.Tuple):
+                self.visit_tuple(binding, value)
+            elif isinstance(value, relax.TupleGetItem):
+                self.visit_get_item(binding, value)
+            elif isinstance(value, relax.Var):
+                self.reemit(binding, self.bb.normalize(self.rewrite(value, _initial_of_type(value.ty))))
+            elif isinstance(value, (relax.If, relax.Function, relax.SeqExpr)):
+                raise Unsupported(type(value).__name__)
+            else:  # a constant or another leaf: left as it is
+                self.reemit(binding, value)
+            self.layouts.setdefault(binding.var, _initial_of_type(binding.var.ty))
+        return self.bb._end_block()  # pylint: disable=protected-access
+
+    def visit_tuple(self, binding, value: relax.Tuple) -> None:
+        dataflow = isinstance(binding.var, relax.DataflowVar)
+        layouts = [self.layout_of(f) if dataflow else _initial_of_type(f.ty) for f in value.fields]
+        if not _nested_tensor(binding.var.ty):
+            raise Unsupported("tuple binding of non-tensors")
+        fields = self.rewrite_args(value.fields, layouts)
+        self.reemit(binding, self.bb.normalize(relax.Tuple(fields)))
+        self.layouts[binding.var] = tuple(layouts)
+
+    def visit_get_item(self, binding, value: relax.TupleGetItem) -> None:
+        layout = (self.layout_of(value.tuple_value) if isinstance(binding.var, relax.DataflowVar)
+                  else _initial_of_type(value.tuple_value.ty))
+        if not isinstance(layout, tuple):
+            raise Unsupported("item of a non-tuple layout")
+        item = relax.TupleGetItem(self.rewrite(value.tuple_value, layout), value.index)
+        self.reemit(binding, self.bb.normalize(item))
+        self.layouts[binding.var] = layout[value.index]
+
+    def visit_call(self, binding, call: relax.Call) -> None:
+        inferred = None
+        if isinstance(call.op, tvm.ir.Op):
+            if any(isinstance(a.ty, relax.TensorType) and a.ty.ndim == -1 for a in call.args):
+                raise Unsupported("operand of unknown rank")
+            if _has_infer_layout(call.op):
+                inferred = self.infer(call)
+        elif not isinstance(call.op, (relax.ExternFunc, tvm.ir.GlobalVar)):
+            raise Unsupported("call of a local function")
+        var = binding.var
+        dataflow = isinstance(var, relax.DataflowVar)
+        if inferred is None or (not _nested_tensor(var.ty) and not dataflow):
+            args = self.rewrite_args(call.args, [_initial_of_type(a.ty) for a in call.args])
+            new_call = relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
+            self.reemit(binding, self.bb.normalize(new_call))
+            self.layouts[var] = _initial_of_type(var.ty)
+            return
+        args = self.rewrite_args(call.args, inferred.inputs)
+        for index, arg in inferred.new_args.items():
+            args[index] = arg
+        value = self.bb.normalize(relax.Call(call.op, args, inferred.attrs, call.ty_args, call.span))
+        if dataflow:
+            self.reemit(binding, value)
+            self.layouts[var] = inferred.output
+            return
+        initial = _initial_of_type(var.ty)
+        if inferred.output != initial:
+            packed = self.bb.emit(value)
+            self.layouts[packed] = inferred.output
+            value = self.bb.normalize(self.rewrite(packed, initial))
+        self.reemit(binding, value)
+        self.layouts[var] = initial
+
+    # -- the rules -----------------------------------------------------------
+    def infer(self, call: relax.Call) -> _Inferred:
+        rule = registry.LAYOUT_RULES.get(call.op.name)
+        if rule is None:
+            raise Unsupported(f"no layout rule for {call.op.name}")
+        return getattr(self, "_rule_" + rule.kind)(call, rule)
+
+    def _leaf(self, expr) -> str:
+        layout = self.layout_of(expr)
+        if not isinstance(layout, str):
+            raise Unsupported("operand not a tensor")
+        return layout
+
+    def _no_desired(self, call) -> None:
+        if call.op.name in self.layout_cb(call):
+            raise Unsupported("desired layouts for an operator that follows its input")
+
+    def _rule_elementwise(self, call, _rule) -> _Inferred:
+        self._no_desired(call)
+        layout = self._leaf(call.args[0])
+        return _Inferred([layout], layout, call.attrs)
+
+    def _rule_broadcast(self, call, _rule) -> _Inferred:
+        self._no_desired(call)
+        first, second = self._leaf(call.args[0]), self._leaf(call.args[1])
+        ndim1, ndim2 = _tensor_ndim(call.args[0].ty), _tensor_ndim(call.args[1].ty)
+        if ndim1 is None or ndim2 is None:
+            raise Unsupported("broadcast of non-tensors")
+        if _packed(first) or _packed(second):
+            if _primal(first) == _primal(second):
+                if _ndim(first) >= _ndim(second):
+                    shape = _static_shape(call.args[1])
+                    if _can_prove_transform(_initial(len(shape)), first, shape):
+                        return _Inferred([first, first], first, call.attrs)
+                else:
+                    shape = _static_shape(call.args[0])
+                    if _can_prove_transform(_initial(len(shape)), second, shape):
+                        return _Inferred([second, second], second, call.attrs)
+        if ndim1 <= ndim2:
+            if ndim1 == 0:
+                return _Inferred(["", second], second, call.attrs)
+            out = _follow(first, ndim2)
+            return _Inferred([first, out], out, call.attrs)
+        if ndim2 == 0:
+            return _Inferred([first, ""], first, call.attrs)
+        out = _follow(second, ndim1)
+        return _Inferred([out, second], out, call.attrs)
+
+    def _rule_desired(self, call, rule) -> _Inferred:
+        data, weight = self._leaf(call.args[0]), self._leaf(call.args[1])
+        names = rule.layout_attrs
+        own = [str(getattr(call.attrs, name)) for name in names]
+        desired = self.layout_cb(call).get(call.op.name)
+        if desired is not None:
+            desired = [str(d) for d in desired]
+            if len(desired) == 2:
+                desired.append(desired[0])
+            if any(_ndim(d) == _ndim(o) for d, o in zip(desired, own)):
+                raise Unsupported("desired layout of the same rank")
+            if (_can_prove_transform(own[0], desired[0], _static_shape(call.args[0]))
+                    and _can_prove_transform(own[1], desired[1], _static_shape(call.args[1]))):
+                data, weight, out = (_transpose_sub_layout("ABCD", o, d)
+                                     for o, d in zip(own, desired))
+                new_attrs = _with_fields(call.attrs, **dict(zip(names, desired)))
+                return _Inferred([data, weight], out, new_attrs)
+            data = weight = _initial(4)
+        if data != _initial(4) or weight != _initial(4):
+            raise Unsupported("operand in a layout the operator would follow")
+        return _Inferred([data, weight], data, _with_fields(call.attrs))
+
+    def _rule_window(self, call, rule) -> _Inferred:
+        self._no_desired(call)
+        if _tensor_ndim(call.ty) != 4:
+            raise Unsupported("window operator not 4-D")
+        layout = self._leaf(call.args[0])
+        names = rule.layout_attrs
+        own = str(getattr(call.attrs, names[0]))
+        if _packed(layout):
+            desired = _transpose_sub_layout(own, "ABCD", layout)
+            if _can_prove_transform(own, desired, _static_shape(call.args[0])):
+                return _Inferred([layout], layout,
+                                 _with_fields(call.attrs, **{name: desired for name in names}))
+            layout = _initial(4)
+        if layout != _initial(4):
+            raise Unsupported("permuted layout")
+        return _Inferred([layout], layout, _with_fields(call.attrs))
+
+    def _rule_plain(self, call, rule) -> _Inferred:
+        self._no_desired(call)
+        ndim = _tensor_ndim(call.args[0].ty)
+        layout = self._leaf(call.args[0])
+        if ndim is None or _tensor_ndim(call.ty) is None:
+            raise Unsupported("operand of unknown rank")
+        if _packed(layout):
+            layout = _initial(ndim)
+        if layout != _initial(ndim):
+            raise Unsupported("permuted layout")
+        new_args = {}
+        if rule.axes_operand is not None:
+            axes = call.args[rule.axes_operand]
+            if not isinstance(axes, relax.Tuple) or not all(
+                    isinstance(a, tvm.tirx.IntImm) for a in axes.fields):
+                raise Unsupported("axes not static")
+            new_args[rule.axes_operand] = relax.Tuple(
+                [tvm.tirx.IntImm("int64", (a.value + ndim) % ndim) for a in axes.fields])
+        return _Inferred([layout], _initial(_tensor_ndim(call.ty)), call.attrs, new_args)
+
+
+def _primal(layout: str) -> int:
+    return sum(char.isupper() for char in layout)
+
+
+def _follow(layout: str, ndim: int) -> str:
+    """TVM's FollowDecision, for the layouts it handles."""
+    if _ndim(layout) == ndim:
+        return layout
+    if _packed(layout) or _ndim(layout) > ndim or layout != _initial(len(layout)):
+        raise Unsupported("broadcast of a packed or permuted layout")
+    return _initial(ndim)
+
+
+def _nested_tensor(ty) -> bool:
+    if isinstance(ty, relax.TensorType):
+        return True
+    if isinstance(ty, relax.TupleType):
+        return all(_nested_tensor(field) for field in ty.fields)
+    return False
+
+
+def _function_with_blocks(func: relax.Function, blocks) -> relax.Function:
+    body = relax.BlockBuilder().normalize(relax.SeqExpr(blocks, func.body.body, func.body.span))
+    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+
+
+def convert_layout_or_none(mod: tvm.IRModule, layout_cb: Callable[[relax.Call], Mapping]
+                           ) -> tvm.IRModule | None:
+    """The module TVM's ``ConvertLayout({}, layout_cb)`` would return, or None
+    where the rules do not cover it."""
+    functions = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        if not isinstance(func.body, relax.SeqExpr):
+            return None
+        blocks = []
+        try:
+            for block in func.body.blocks:
+                if isinstance(block, relax.DataflowBlock):
+                    blocks.append(_BlockConverter(layout_cb).convert(block))
+                else:
+                    if any(isinstance(b.value, (relax.If, relax.Function, relax.SeqExpr))
+                           for b in block.bindings):
+                        return None
+                    blocks.append(block)
+        except Unsupported:
+            return None
+        functions[gvar] = _function_with_blocks(func, blocks)
+    updated = dict(mod.functions.items())
+    updated.update(functions)
+    return tvm.IRModule(updated, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def convert_layout(mod: tvm.IRModule, layout_cb: Callable[[relax.Call], Mapping]) -> tvm.IRModule:
+    """``relax.transform.ConvertLayout({}, layout_cb)(mod)``, computed by the
+    registry's layout rules where they cover the module, by TVM's pass where not."""
+    converted = convert_layout_or_none(mod, layout_cb)
+    if converted is not None:
+        return converted
+    return relax.transform.ConvertLayout({}, layout_cb)(mod)
