@@ -141,13 +141,48 @@ _INDEX_MAPS: dict[tuple[str, str], str] = {}
 def _index_map(src: str, dst: str) -> tvm.tirx.IndexMap:
     """The index map TVM's pass writes into a layout transform from ``src`` to
     ``dst``: a fresh object each time, as TVM's (a JSON round trip of one
-    built once per pair)."""
+    built once per pair; a shared one would not be structurally equal)."""
     key = (src, dst)
     if key not in _INDEX_MAPS:
         indices = [tvm.tirx.Var(f"i{i}", "int32") for i in range(_ndim(src))]
         final = tvm.s_tir.sbijective_layout(src, dst).forward_index(indices)
-        _INDEX_MAPS[key] = tvm.ir.save_json(tvm.tirx.IndexMap(indices, final, None))
-    return tvm.ir.load_json(_INDEX_MAPS[key])
+        _INDEX_MAPS[key] = tvm_ffi.serialization.to_json_graph_str(
+            tvm.tirx.IndexMap(indices, final, None))
+    return tvm_ffi.serialization.from_json_graph_str(_INDEX_MAPS[key])
+
+
+def _int_extents(shape: Sequence) -> list[int]:
+    if not all(isinstance(extent, tvm.tirx.IntImm) for extent in shape):
+        raise Unsupported("symbolic extent")
+    return [extent.value for extent in shape]
+
+
+def _converted_shape(src: str, dst: str, shape: Sequence) -> list[int]:
+    """The shape of a tensor of ``shape`` in layout ``src`` once in ``dst``,
+    one of them plain and both of the same axes (TVM's layout transform
+    rounds a split extent up)."""
+    extents = _int_extents(shape)
+    if _packed(src):
+        if _packed(dst) or sorted(c for c in src if c.isupper()) != sorted(dst):
+            raise Unsupported(f"transform {src} -> {dst}")
+        factors = _split_factors(src)
+        primal = [axis for axis in _axes(src)]
+        return [extents[primal.index(axis)] * factors.get(axis, 1) for axis in dst]
+    if sorted(c for c in dst if c.isupper()) != sorted(src):
+        raise Unsupported(f"transform {src} -> {dst}")
+    factors = _split_factors(dst)
+    out = []
+    for axis in _axes(dst):
+        if len(axis) > 1:
+            out.append(int(axis[:-1]))
+        else:
+            factor = factors.get(axis, 1)
+            out.append(-(-extents[src.index(axis)] // factor))
+    return out
+
+
+def _typed_like(ty: relax.TensorType, shape: list[int]) -> relax.TensorType:
+    return relax.TensorType(shape, ty.dtype, ty.vdevice)
 
 
 def _with_fields(attrs_obj, **changes):
@@ -171,13 +206,16 @@ class _Inferred:
     """One call's layouts: per tensor operand, of the output; new attributes
     and replaced operands."""
 
-    __slots__ = ("inputs", "output", "attrs", "new_args")
+    __slots__ = ("inputs", "output", "attrs", "new_args", "ty")
 
-    def __init__(self, inputs, output, attrs_obj, new_args=None):
+    def __init__(self, inputs, output, attrs_obj, new_args=None, ty=None):
         self.inputs = inputs
         self.output = output
         self.attrs = attrs_obj
         self.new_args = new_args or {}
+        # The result type where the rule knows it: type inference of a
+        # packed conv or pool builds TVM layout objects (most of their cost).
+        self.ty = ty
 
 
 class _BlockConverter:
@@ -221,12 +259,21 @@ class _BlockConverter:
             raise Unsupported("conversion of a tuple or of an unknown rank")
         if _ndim(source) == _ndim(to):
             raise Unsupported("permutation")
-        return relax.op.layout_transform(new, _index_map(source, to))
+        ty = new.ty
+        if not isinstance(ty, relax.TensorType) or ty.shape is None:
+            raise Unsupported("transform of a tensor without shape")
+        # Typed here: its type inference builds TVM layout objects again.
+        template = relax.op.layout_transform(new, _index_map(source, to))
+        return relax.Call(template.op, template.args, template.attrs, template.ty_args,
+                          ret_ty=_typed_like(ty, _converted_shape(source, to, ty.shape.values)))
 
     def rewrite_args(self, args, to: Sequence[Layout]) -> list[relax.Expr]:
         if len(to) > len(args):
             raise Unsupported("more layouts than operands")
-        return [self.rewrite(arg, to[i]) if i < len(to) else arg for i, arg in enumerate(args)]
+        new = [self.rewrite(arg, to[i]) if i < len(to) else arg for i, arg in enumerate(args)]
+        # Bound here in operand order, as normalizing the call would bind
+        # them: a call whose operands normalization rewrites loses its type.
+        return [self.bb.emit(arg) if isinstance(arg, relax.Call) else arg for arg in new]
 
     # -- emitting ----------------------------------------------------------
     def reemit(self, binding: relax.VarBinding, value: relax.Expr) -> None:
@@ -300,7 +347,8 @@ class _BlockConverter:
         args = self.rewrite_args(call.args, inferred.inputs)
         for index, arg in inferred.new_args.items():
             args[index] = arg
-        value = self.bb.normalize(relax.Call(call.op, args, inferred.attrs, call.ty_args, call.span))
+        value = self.bb.normalize(relax.Call(call.op, args, inferred.attrs, call.ty_args, call.span,
+                                             ret_ty=inferred.ty))
         if dataflow:
             self.reemit(binding, value)
             self.layouts[var] = inferred.output
@@ -377,7 +425,8 @@ class _BlockConverter:
                 data, weight, out = (_transpose_sub_layout("ABCD", o, d)
                                      for o, d in zip(own, desired))
                 new_attrs = _with_fields(call.attrs, **dict(zip(names, desired)))
-                return _Inferred([data, weight], out, new_attrs)
+                return _Inferred([data, weight], out, new_attrs,
+                                 ty=_packed_type(call, own[2], desired[2]))
             data = weight = _initial(4)
         if data != _initial(4) or weight != _initial(4):
             raise Unsupported("operand in a layout the operator would follow")
@@ -394,7 +443,8 @@ class _BlockConverter:
             desired = _transpose_sub_layout(own, "ABCD", layout)
             if _can_prove_transform(own, desired, _static_shape(call.args[0])):
                 return _Inferred([layout], layout,
-                                 _with_fields(call.attrs, **{name: desired for name in names}))
+                                 _with_fields(call.attrs, **{name: desired for name in names}),
+                                 ty=_packed_type(call, own, desired))
             layout = _initial(4)
         if layout != _initial(4):
             raise Unsupported("permuted layout")
@@ -419,6 +469,14 @@ class _BlockConverter:
             new_args[rule.axes_operand] = relax.Tuple(
                 [tvm.tirx.IntImm("int64", (a.value + ndim) % ndim) for a in axes.fields])
         return _Inferred([layout], _initial(_tensor_ndim(call.ty)), call.attrs, new_args)
+
+
+def _packed_type(call: relax.Call, own: str, desired: str) -> relax.TensorType:
+    """The type of ``call`` computed in layout ``desired`` instead of ``own``."""
+    ty = call.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        raise Unsupported("result without shape")
+    return _typed_like(ty, _converted_shape(own, desired, ty.shape.values))
 
 
 def _primal(layout: str) -> int:
