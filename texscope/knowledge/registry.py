@@ -73,16 +73,23 @@ class LayoutRule:
         ``"window"``: a packed input's layout kept where its shape packs,
         ``layout_attrs`` (input and output layout) named after it; else plain.
         ``"plain"``: a packed input unpacked; the output plain.
+        ``"reduce"``: a reduction over ``axis_attr`` (all axes where None)
+        follows its input's layout, packed or not; its axes are renumbered
+        in that layout.
     layout_attrs : tuple of str
         The attributes naming the layouts (``desired``, ``window``).
     axes_operand : int, optional
         For ``plain``: the operand holding a static tuple of axes, which
         the conversion writes back non-negative (as int64).
+    axis_attr : str
+        For ``plain``: the attribute holding one axis, written back
+        non-negative; for ``reduce``: the one holding the reduced axes.
     """
 
     kind: str
     layout_attrs: tuple[str, ...] = ()
     axes_operand: int | None = None
+    axis_attr: str = ""
 
 
 _ELEMENTWISE_RULE = LayoutRule("elementwise")
@@ -96,10 +103,16 @@ LAYOUT_RULES: Mapping[str, LayoutRule] = {
     )},
     **{op: _BROADCAST_RULE for op in BROADCAST_BINARY_OPS},
     "relax.nn.conv2d": LayoutRule("desired", _CONV_LAYOUT_ATTRS),
-    "relax.nn.max_pool2d": LayoutRule("window", ("layout", "out_layout")),
-    "relax.nn.avg_pool2d": LayoutRule("window", ("layout", "out_layout")),
+    **{op: LayoutRule("window", ("layout", "out_layout")) for op in (
+        "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
+    )},
     "relax.expand_dims": LayoutRule("plain"),
+    "relax.image.resize2d": LayoutRule("plain"),
     "relax.strided_slice": LayoutRule("plain", axes_operand=1),
+    "relax.nn.softmax": LayoutRule("plain", axis_attr="axis"),
+    **{op: LayoutRule("reduce", axis_attr="axis") for op in (
+        "relax.mean", "relax.sum", "relax.max", "relax.min",
+    )},
 }
 
 

@@ -282,6 +282,9 @@ class _BlockConverter:
             self.bb.emit_normalized(binding)
             return
         if not tvm_ffi.structural_equal(var.ty, value.ty):
+            if not isinstance(var, relax.DataflowVar):
+                # TVM's dataflow block pass refuses to retype a block's output.
+                raise Unsupported("output variable retyped")
             kind = relax.DataflowVar if isinstance(var, relax.DataflowVar) else relax.Var
             new_var = kind(var.name, value.ty)
             self.remap[var] = new_var
@@ -290,6 +293,14 @@ class _BlockConverter:
 
     def convert(self, block: relax.DataflowBlock) -> relax.DataflowBlock:
         self.bb._begin_dataflow_block()  # pylint: disable=protected-access
+        try:
+            self.visit_bindings(block)
+        except Unsupported:
+            self.bb._end_block()  # pylint: disable=protected-access
+            raise
+        return self.bb._end_block()  # pylint: disable=protected-access
+
+    def visit_bindings(self, block: relax.DataflowBlock) -> None:
         for binding in block.bindings:
             if not isinstance(binding, relax.VarBinding):
                 raise Unsupported("match_cast")
@@ -307,7 +318,6 @@ class _BlockConverter:
             else:  # a constant or another leaf: left as it is
                 self.reemit(binding, value)
             self.layouts.setdefault(binding.var, _initial_of_type(binding.var.ty))
-        return self.bb._end_block()  # pylint: disable=protected-access
 
     def visit_tuple(self, binding, value: relax.Tuple) -> None:
         dataflow = isinstance(binding.var, relax.DataflowVar)
@@ -460,7 +470,10 @@ class _BlockConverter:
             layout = _initial(ndim)
         if layout != _initial(ndim):
             raise Unsupported("permuted layout")
-        new_args = {}
+        new_args, new_attrs = {}, call.attrs
+        if rule.axis_attr:
+            axis = int(getattr(call.attrs, rule.axis_attr))
+            new_attrs = _with_fields(call.attrs, **{rule.axis_attr: (axis + ndim) % ndim})
         if rule.axes_operand is not None:
             axes = call.args[rule.axes_operand]
             if not isinstance(axes, relax.Tuple) or not all(
@@ -468,7 +481,31 @@ class _BlockConverter:
                 raise Unsupported("axes not static")
             new_args[rule.axes_operand] = relax.Tuple(
                 [tvm.tirx.IntImm("int64", (a.value + ndim) % ndim) for a in axes.fields])
-        return _Inferred([layout], _initial(_tensor_ndim(call.ty)), call.attrs, new_args)
+        return _Inferred([layout], _initial(_tensor_ndim(call.ty)), new_attrs, new_args)
+
+    def _rule_reduce(self, call, rule) -> _Inferred:
+        """TVM's InferLayoutStatistical, its string operations as they are."""
+        self._no_desired(call)
+        ndim = _tensor_ndim(call.args[0].ty)
+        if ndim is None:
+            raise Unsupported("operand of unknown rank")
+        axes = getattr(call.attrs, rule.axis_attr)
+        axes = range(ndim) if axes is None else [int(a) for a in axes]
+        marked = ["0"] * ndim
+        for axis in axes:
+            marked[(axis + ndim) % ndim] = "#"
+        letters = iter(_LETTERS)
+        marked = "".join(m if m == "#" else next(letters) for m in marked)
+        layout = self._leaf(call.args[0])
+        reference = _transpose_sub_layout(marked, _initial(ndim), layout)
+        without_factors = [c for c in reference if not c.isdigit()]
+        new_axes = [i for i, c in enumerate(without_factors) if c == "#"]
+        kept = "".join(
+            c for i, c in enumerate(reference)
+            if not (c == "#" or (c.isdigit() and reference[i + 1:i + 2] == "#")))
+        output = layout if getattr(call.attrs, "keepdims") else kept
+        _axes(output)  # TVM parses it: a layout it cannot parse is its error
+        return _Inferred([layout], output, _with_fields(call.attrs, **{rule.axis_attr: new_axes}))
 
 
 def _packed_type(call: relax.Call, own: str, desired: str) -> relax.TensorType:
@@ -540,3 +577,24 @@ def convert_layout(mod: tvm.IRModule, layout_cb: Callable[[relax.Call], Mapping]
     if converted is not None:
         return converted
     return relax.transform.ConvertLayout({}, layout_cb)(mod)
+
+
+def ConvertLayoutByRules(layout_cb: Callable[[relax.Call], Mapping]  # pylint: disable=invalid-name
+                         ) -> tvm.ir.transform.Pass:
+    """:func:`convert_layout` as a pass (so a build's profile names it).
+
+    Parameters
+    ----------
+    layout_cb : callable
+        ConvertLayout's ``layout_cb``: a call to its operator's desired layouts.
+
+    Returns
+    -------
+    tvm.ir.transform.Pass
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.ConvertLayoutByRules")
+    def convert(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return convert_layout(mod, layout_cb)
+
+    return convert
