@@ -76,6 +76,8 @@ class LayoutRule:
         ``"reduce"``: a reduction over ``axis_attr`` (all axes where None)
         follows its input's layout, packed or not; its axes are renumbered
         in that layout.
+        ``"permute"``: a packed input unpacked; the order in ``axis_attr``
+        written out (reversed where None).
     layout_attrs : tuple of str
         The attributes naming the layouts (``desired``, ``window``).
     axes_operand : int, optional
@@ -83,7 +85,8 @@ class LayoutRule:
         the conversion writes back non-negative (as int64).
     axis_attr : str
         For ``plain``: the attribute holding one axis, written back
-        non-negative; for ``reduce``: the one holding the reduced axes.
+        non-negative; for ``reduce``: the one holding the reduced axes; for
+        ``permute``: the one holding the order.
     """
 
     kind: str
@@ -110,6 +113,7 @@ LAYOUT_RULES: Mapping[str, LayoutRule] = {
     "relax.image.resize2d": LayoutRule("plain"),
     "relax.strided_slice": LayoutRule("plain", axes_operand=1),
     "relax.nn.softmax": LayoutRule("plain", axis_attr="axis"),
+    "relax.permute_dims": LayoutRule("permute", axis_attr="axes"),
     **{op: LayoutRule("reduce", axis_attr="axis") for op in (
         "relax.mean", "relax.sum", "relax.max", "relax.min",
     )},

@@ -483,6 +483,23 @@ class _BlockConverter:
                 [tvm.tirx.IntImm("int64", (a.value + ndim) % ndim) for a in axes.fields])
         return _Inferred([layout], _initial(_tensor_ndim(call.ty)), new_attrs, new_args)
 
+    def _rule_permute(self, call, rule) -> _Inferred:
+        """A packed input unpacked; the order written out (reversed where None)."""
+        self._no_desired(call)
+        ndim = _tensor_ndim(call.args[0].ty)
+        if ndim is None:
+            raise Unsupported("operand of unknown rank")
+        layout = self._leaf(call.args[0])
+        if _packed(layout):
+            layout = _initial(ndim)
+        if layout != _initial(ndim):
+            raise Unsupported("permuted layout")
+        order = getattr(call.attrs, rule.axis_attr)
+        order = list(range(ndim - 1, -1, -1)) if order is None else [int(a) for a in order]
+        if sorted(order) != list(range(ndim)):
+            raise Unsupported("axes not a permutation of non-negative axes")
+        return _Inferred([layout], layout, _with_fields(call.attrs, **{rule.axis_attr: order}))
+
     def _rule_reduce(self, call, rule) -> _Inferred:
         """TVM's InferLayoutStatistical, its string operations as they are."""
         self._no_desired(call)
