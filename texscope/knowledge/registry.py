@@ -78,6 +78,9 @@ class LayoutRule:
         in that layout.
         ``"permute"``: a packed input unpacked; the order in ``axis_attr``
         written out (reversed where None).
+        ``"join"``: one tuple operand, all its tensors in one layout (the
+        first packed one's where none is plain, else the first plain one's);
+        the axis in ``axis_attr`` renumbered in that layout.
     layout_attrs : tuple of str
         The attributes naming the layouts (``desired``, ``window``).
     axes_operand : int, optional
@@ -86,7 +89,7 @@ class LayoutRule:
     axis_attr : str
         For ``plain``: the attribute holding one axis, written back
         non-negative; for ``reduce``: the one holding the reduced axes; for
-        ``permute``: the one holding the order.
+        ``permute``: the one holding the order; for ``join``: the joined axis.
     """
 
     kind: str
@@ -114,6 +117,7 @@ LAYOUT_RULES: Mapping[str, LayoutRule] = {
     "relax.strided_slice": LayoutRule("plain", axes_operand=1),
     "relax.nn.softmax": LayoutRule("plain", axis_attr="axis"),
     "relax.permute_dims": LayoutRule("permute", axis_attr="axes"),
+    "relax.concat": LayoutRule("join", axis_attr="axis"),
     **{op: LayoutRule("reduce", axis_attr="axis") for op in (
         "relax.mean", "relax.sum", "relax.max", "relax.min",
     )},

@@ -245,12 +245,17 @@ class _BlockConverter:
         if isinstance(expr, relax.Tuple):
             fields = [self.replace(f) for f in expr.fields]
             if any(not new.same_as(old) for new, old in zip(fields, expr.fields)):
-                raise Unsupported("tuple of rewritten variables")
+                return relax.Tuple(fields, expr.span)
         return expr
 
     def rewrite(self, expr: relax.Expr, to: Layout) -> relax.Expr:
         """``expr`` (variables renamed) in layout ``to``: unchanged, or wrapped
         in a layout transform that the enclosing normalization binds."""
+        if isinstance(expr, relax.Tuple) and isinstance(to, tuple) and len(to) == len(expr.fields):
+            fields = [self.rewrite(field, layout) for field, layout in zip(expr.fields, to)]
+            if all(new.same_as(old) for new, old in zip(fields, expr.fields)):
+                return expr
+            return relax.Tuple(fields, expr.span)
         new = self.replace(expr)
         source = self.layout_of(expr)
         if source == to or source == "":
@@ -499,6 +504,34 @@ class _BlockConverter:
         if sorted(order) != list(range(ndim)):
             raise Unsupported("axes not a permutation of non-negative axes")
         return _Inferred([layout], layout, _with_fields(call.attrs, **{rule.axis_attr: order}))
+
+    def _rule_join(self, call, rule) -> _Inferred:
+        """TVM's InferLayoutConcat: all operands in the first packed one's
+        layout where none is plain, else in the first plain one's."""
+        self._no_desired(call)
+        layouts = self.layout_of(call.args[0])
+        if not isinstance(layouts, tuple) or not all(isinstance(l, str) for l in layouts):
+            raise Unsupported("join of a non-tuple")
+        fields = call.args[0].ty.fields
+        layout = layouts[0]
+        first_packed = next((i for i, l in enumerate(layouts) if _packed(l)), None)
+        if first_packed is not None:
+            # TVM proves each operand up to the packed one packs as it does
+            # (it cannot for the packed one itself) and needs their shapes.
+            for field in fields[:first_packed + 1]:
+                if not isinstance(field, relax.TensorType) or not isinstance(
+                        field.shape, relax.ShapeExpr):
+                    raise Unsupported("operand without a static shape")
+            plain = [l for l in layouts if not _packed(l)]
+            layout = plain[0] if plain else layouts[first_packed]
+        axis = getattr(call.attrs, rule.axis_attr)
+        ndim = _ndim(layout)
+        axis = (int(0 if axis is None else axis) + ndim) % ndim
+        found = "".join(c for c in layout if not c.isdigit()).find(_LETTERS[axis])
+        if found < 0:
+            raise Unsupported("join axis not in the layout")
+        return _Inferred([tuple([layout] * len(layouts))], layout,
+                         _with_fields(call.attrs, **{rule.axis_attr: found}))
 
     def _rule_reduce(self, call, rule) -> _Inferred:
         """TVM's InferLayoutStatistical, its string operations as they are."""
