@@ -104,8 +104,8 @@ _CONV_LAYOUT_ATTRS = ("data_layout", "kernel_layout", "out_layout")
 
 LAYOUT_RULES: Mapping[str, LayoutRule] = {
     **{op: _ELEMENTWISE_RULE for op in (
-        "relax.nn.relu", "relax.sigmoid", "relax.sqrt", "relax.astype", "relax.tanh",
-        "relax.exp",
+        "relax.nn.relu", "relax.astype", "relax.sigmoid", "relax.sqrt", "relax.rsqrt",
+        "relax.tanh", "relax.exp", "relax.negative", "relax.abs", "relax.square",
     )},
     **{op: _BROADCAST_RULE for op in BROADCAST_BINARY_OPS},
     "relax.nn.conv2d": LayoutRule("desired", _CONV_LAYOUT_ATTRS),
