@@ -81,6 +81,8 @@ class LayoutRule:
         ``"join"``: one tuple operand, all its tensors in one layout (the
         first packed one's where none is plain, else the first plain one's);
         the axis in ``axis_attr`` renumbered in that layout.
+        ``"split"``: the parts in the input's layout where each part's shape
+        packs as the input does, else plain; ``axis_attr`` renumbered.
     layout_attrs : tuple of str
         The attributes naming the layouts (``desired``, ``window``).
     axes_operand : int, optional
@@ -89,7 +91,8 @@ class LayoutRule:
     axis_attr : str
         For ``plain``: the attribute holding one axis, written back
         non-negative; for ``reduce``: the one holding the reduced axes; for
-        ``permute``: the one holding the order; for ``join``: the joined axis.
+        ``permute``: the one holding the order; for ``join`` and ``split``:
+        the joined or split axis.
     """
 
     kind: str
@@ -118,6 +121,7 @@ LAYOUT_RULES: Mapping[str, LayoutRule] = {
     "relax.nn.softmax": LayoutRule("plain", axis_attr="axis"),
     "relax.permute_dims": LayoutRule("permute", axis_attr="axes"),
     "relax.concat": LayoutRule("join", axis_attr="axis"),
+    "relax.split": LayoutRule("split", axis_attr="axis"),
     **{op: LayoutRule("reduce", axis_attr="axis") for op in (
         "relax.mean", "relax.sum", "relax.max", "relax.min",
     )},

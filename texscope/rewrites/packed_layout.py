@@ -129,7 +129,11 @@ def _initial_of_type(ty) -> Layout:
 
 
 def _static_shape(expr: relax.Expr) -> list:
-    shape = expr.ty.shape if isinstance(expr.ty, relax.TensorType) else None
+    return _static_shape_of(expr.ty)
+
+
+def _static_shape_of(ty) -> list:
+    shape = ty.shape if isinstance(ty, relax.TensorType) else None
     if not isinstance(shape, relax.ShapeExpr):
         raise Unsupported("no static shape")
     return list(shape.values)
@@ -525,13 +529,25 @@ class _BlockConverter:
             plain = [l for l in layouts if not _packed(l)]
             layout = plain[0] if plain else layouts[first_packed]
         axis = getattr(call.attrs, rule.axis_attr)
-        ndim = _ndim(layout)
-        axis = (int(0 if axis is None else axis) + ndim) % ndim
-        found = "".join(c for c in layout if not c.isdigit()).find(_LETTERS[axis])
-        if found < 0:
-            raise Unsupported("join axis not in the layout")
-        return _Inferred([tuple([layout] * len(layouts))], layout,
-                         _with_fields(call.attrs, **{rule.axis_attr: found}))
+        return _Inferred([tuple([layout] * len(layouts))], layout, _with_fields(
+            call.attrs, **{rule.axis_attr: _find_axis(layout, 0 if axis is None else axis)}))
+
+    def _rule_split(self, call, rule) -> _Inferred:
+        """TVM's InferLayoutSplit: every part in the input's layout where each
+        part's shape packs as the input does, else all plain."""
+        self._no_desired(call)
+        ndim = _tensor_ndim(call.args[0].ty)
+        if ndim is None or not isinstance(call.ty, relax.TupleType):
+            raise Unsupported("split of unknown rank")
+        layout = self._leaf(call.args[0])
+        if _packed(layout):
+            for part in call.ty.fields:
+                if not _can_prove_transform(_initial(ndim), layout, _static_shape_of(part)):
+                    layout = _initial(ndim)
+                    break
+        axis = _find_axis(layout, int(getattr(call.attrs, rule.axis_attr)))
+        return _Inferred([layout], tuple([layout] * len(call.ty.fields)),
+                         _with_fields(call.attrs, **{rule.axis_attr: axis}))
 
     def _rule_reduce(self, call, rule) -> _Inferred:
         """TVM's InferLayoutStatistical, its string operations as they are."""
@@ -564,6 +580,16 @@ def _packed_type(call: relax.Call, own: str, desired: str) -> relax.TensorType:
     if not isinstance(ty, relax.TensorType) or ty.shape is None:
         raise Unsupported("result without shape")
     return _typed_like(ty, _converted_shape(own, desired, ty.shape.values))
+
+
+def _find_axis(layout: str, axis: int) -> int:
+    """TVM's FindAxis: where axis ``axis`` of the plain tensor is in ``layout``."""
+    ndim = _ndim(layout)
+    letter = _LETTERS[(int(axis) + ndim) % ndim]
+    found = "".join(c for c in layout if not c.isdigit()).find(letter)
+    if found < 0:
+        raise Unsupported("axis not in the layout")
+    return found
 
 
 def _primal(layout: str) -> int:
