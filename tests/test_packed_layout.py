@@ -6,6 +6,7 @@ import pkgutil
 
 import numpy as np
 import pytest
+from hypothesis import event, given
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -16,6 +17,7 @@ from tvm.script import tirx as T
 import modules
 import texscope
 from conftest import ADRENO
+from fuzz_models import build, recipes
 from texscope.knowledge import registry
 from texscope.models import examples, zoo
 from texscope.rewrites.packed_layout import (ConvertLayoutByRules, convert_layout,
@@ -257,3 +259,18 @@ def test_mediapipe_model_converts_as_tvm_does(name):
     from texscope.models import corpus
 
     assert_same_as_tvm(layout_input(load_tflite(corpus.mediapipe_models()[name])))
+
+
+@pytest.mark.fuzz
+@given(recipe=recipes())
+def test_random_modules_convert_as_tvm_does(recipe):
+    """Random mixes of convs, pools, reductions, concats, splits: the rules'
+    module is TVM's wherever they cover it (layer_norm and matmul send a
+    module to TVM)."""
+    mod = layout_input(build(recipe))
+    ours = convert_layout_or_none(mod, registry.desired_layouts)
+    event(f"covered: {ours is not None}")
+    if ours is not None:
+        theirs = tvm_convert(mod)
+        tvm.ir.assert_structural_equal(ours, theirs)
+        assert ours.script() == theirs.script()
