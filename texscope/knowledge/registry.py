@@ -83,6 +83,9 @@ class LayoutRule:
         the axis in ``axis_attr`` renumbered in that layout.
         ``"split"``: the parts in the input's layout where each part's shape
         packs as the input does, else plain; ``axis_attr`` renumbered.
+        ``"normalize"``: the first operand's layout followed, packed or not,
+        the other ``tensor_operands`` plain; the axes in ``axis_attr``
+        renumbered in that layout.
     layout_attrs : tuple of str
         The attributes naming the layouts (``desired``, ``window``).
     axes_operand : int, optional
@@ -92,13 +95,16 @@ class LayoutRule:
         For ``plain``: the attribute holding one axis, written back
         non-negative; for ``reduce``: the one holding the reduced axes; for
         ``permute``: the one holding the order; for ``join`` and ``split``:
-        the joined or split axis.
+        the joined or split axis; for ``normalize``: the normalized axes.
+    tensor_operands : int
+        For ``normalize``: how many operands are tensors.
     """
 
     kind: str
     layout_attrs: tuple[str, ...] = ()
     axes_operand: int | None = None
     axis_attr: str = ""
+    tensor_operands: int = 1
 
 
 _ELEMENTWISE_RULE = LayoutRule("elementwise")
@@ -122,6 +128,7 @@ LAYOUT_RULES: Mapping[str, LayoutRule] = {
     "relax.permute_dims": LayoutRule("permute", axis_attr="axes"),
     "relax.concat": LayoutRule("join", axis_attr="axis"),
     "relax.split": LayoutRule("split", axis_attr="axis"),
+    "relax.nn.layer_norm": LayoutRule("normalize", axis_attr="axes", tensor_operands=3),
     **{op: LayoutRule("reduce", axis_attr="axis") for op in (
         "relax.mean", "relax.sum", "relax.max", "relax.min",
     )},

@@ -294,8 +294,7 @@ class _BlockConverter:
             if not isinstance(var, relax.DataflowVar):
                 # TVM's dataflow block pass refuses to retype a block's output.
                 raise Unsupported("output variable retyped")
-            kind = relax.DataflowVar if isinstance(var, relax.DataflowVar) else relax.Var
-            new_var = kind(var.name, value.ty)
+            new_var = relax.DataflowVar(var.name, value.ty)
             self.remap[var] = new_var
             var = new_var
         self.bb.emit_normalized(relax.VarBinding(var, value))
@@ -304,7 +303,7 @@ class _BlockConverter:
         self.bb._begin_dataflow_block()  # pylint: disable=protected-access
         try:
             self.visit_bindings(block)
-        except Unsupported:
+        except Exception:
             self.bb._end_block()  # pylint: disable=protected-access
             raise
         return self.bb._end_block()  # pylint: disable=protected-access
@@ -549,6 +548,19 @@ class _BlockConverter:
         return _Inferred([layout], tuple([layout] * len(call.ty.fields)),
                          _with_fields(call.attrs, **{rule.axis_attr: axis}))
 
+    def _rule_normalize(self, call, rule) -> _Inferred:
+        """TVM's InferLayoutLayerNorm: the first operand's layout followed,
+        packed or not, the others plain; the axes renumbered in that layout."""
+        self._no_desired(call)
+        ndims = [_tensor_ndim(arg.ty) for arg in call.args[:rule.tensor_operands]]
+        if None in ndims or len(ndims) < rule.tensor_operands:
+            raise Unsupported("operand of unknown rank")
+        layout = self._leaf(call.args[0])
+        axes = [_find_axis(layout, (int(a) + ndims[0]) % ndims[0])
+                for a in getattr(call.attrs, rule.axis_attr)]
+        return _Inferred([layout, *(_initial(n) for n in ndims[1:])], layout,
+                         _with_fields(call.attrs, **{rule.axis_attr: axes}))
+
     def _rule_reduce(self, call, rule) -> _Inferred:
         """TVM's InferLayoutStatistical, its string operations as they are."""
         self._no_desired(call)
@@ -639,6 +651,11 @@ def convert_layout_or_none(mod: tvm.IRModule, layout_cb: Callable[[relax.Call], 
                         return None
                     blocks.append(block)
         except Unsupported:
+            return None
+        except Exception:  # pylint: disable=broad-except
+            # Whatever else the rules trip on (an attribute they do not
+            # expect, an operand TVM's type inference refuses), TVM's pass
+            # decides: it converts the module or raises its own error.
             return None
         functions[gvar] = _function_with_blocks(func, blocks)
     updated = dict(mod.functions.items())
