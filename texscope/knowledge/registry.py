@@ -83,6 +83,8 @@ class LayoutRule:
         the axis in ``axis_attr`` renumbered in that layout.
         ``"split"``: the parts in the input's layout where each part's shape
         packs as the input does, else plain; ``axis_attr`` renumbered.
+        ``"squeeze"``: a packed input unpacked; the squeezed axes in
+        ``axis_attr`` written out in order (the unit axes where None).
         ``"normalize"``: the first operand's layout followed, packed or not,
         the other ``tensor_operands`` plain; the axes in ``axis_attr``
         renumbered in that layout.
@@ -95,7 +97,8 @@ class LayoutRule:
         For ``plain``: the attribute holding one axis, written back
         non-negative; for ``reduce``: the one holding the reduced axes; for
         ``permute``: the one holding the order; for ``join`` and ``split``:
-        the joined or split axis; for ``normalize``: the normalized axes.
+        the joined or split axis; for ``normalize``: the normalized axes;
+        for ``squeeze``: the squeezed axes.
     tensor_operands : int
         For ``normalize``: how many operands are tensors.
     """
@@ -125,6 +128,8 @@ LAYOUT_RULES: Mapping[str, LayoutRule] = {
     "relax.image.resize2d": LayoutRule("plain"),
     "relax.strided_slice": LayoutRule("plain", axes_operand=1),
     "relax.nn.softmax": LayoutRule("plain", axis_attr="axis"),
+    "relax.flip": LayoutRule("plain", axis_attr="axis"),
+    "relax.squeeze": LayoutRule("squeeze", axis_attr="axis"),
     "relax.permute_dims": LayoutRule("permute", axis_attr="axes"),
     "relax.concat": LayoutRule("join", axis_attr="axis"),
     "relax.split": LayoutRule("split", axis_attr="axis"),

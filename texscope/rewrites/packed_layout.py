@@ -561,6 +561,30 @@ class _BlockConverter:
         return _Inferred([layout, *(_initial(n) for n in ndims[1:])], layout,
                          _with_fields(call.attrs, **{rule.axis_attr: axes}))
 
+    def _rule_squeeze(self, call, rule) -> _Inferred:
+        """TVM's InferLayoutSqueeze: a packed input unpacked; the squeezed
+        axes written out in order (the unit ones where None)."""
+        self._no_desired(call)
+        ndim = _tensor_ndim(call.args[0].ty)
+        if ndim is None:
+            raise Unsupported("operand of unknown rank")
+        shape = _static_shape(call.args[0])
+        layout = self._leaf(call.args[0])
+        if _packed(layout):
+            layout = _initial(ndim)
+        if layout != _initial(ndim):
+            raise Unsupported("permuted layout")
+        axes = getattr(call.attrs, rule.axis_attr)
+        if axes is None:
+            axes = [i for i, extent in enumerate(shape)
+                    if isinstance(extent, tvm.tirx.IntImm) and extent.value == 1]
+        axes = [int(a) for a in axes]
+        if any(not 0 <= a < ndim for a in axes):
+            raise Unsupported("negative squeeze axis")
+        squeezed = sorted(set(axes))
+        return _Inferred([layout], _initial(ndim - len(squeezed)),
+                         _with_fields(call.attrs, **{rule.axis_attr: squeezed}))
+
     def _rule_reduce(self, call, rule) -> _Inferred:
         """TVM's InferLayoutStatistical, its string operations as they are."""
         self._no_desired(call)
