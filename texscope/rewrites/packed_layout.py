@@ -163,15 +163,16 @@ def _int_extents(shape: Sequence) -> list[int]:
 
 def _converted_shape(src: str, dst: str, shape: Sequence) -> list[int]:
     """The shape of a tensor of ``shape`` in layout ``src`` once in ``dst``,
-    one of them plain and both of the same axes (TVM's layout transform
-    rounds a split extent up)."""
+    one of them plain and both of the same axes, every split extent a
+    multiple of its factor (what TVM infers for the transform otherwise
+    depends on how its analyzer bounds the index map)."""
     extents = _int_extents(shape)
     if _packed(src):
         if _packed(dst) or sorted(c for c in src if c.isupper()) != sorted(dst):
             raise Unsupported(f"transform {src} -> {dst}")
         factors = _split_factors(src)
-        primal = [axis for axis in _axes(src)]
-        return [extents[primal.index(axis)] * factors.get(axis, 1) for axis in dst]
+        axes = _axes(src)
+        return [extents[axes.index(axis)] * factors.get(axis, 1) for axis in dst]
     if sorted(c for c in dst if c.isupper()) != sorted(src):
         raise Unsupported(f"transform {src} -> {dst}")
     factors = _split_factors(dst)
@@ -181,7 +182,10 @@ def _converted_shape(src: str, dst: str, shape: Sequence) -> list[int]:
             out.append(int(axis[:-1]))
         else:
             factor = factors.get(axis, 1)
-            out.append(-(-extents[src.index(axis)] // factor))
+            extent = extents[src.index(axis)]
+            if extent % factor:
+                raise Unsupported(f"extent {extent} split by {factor}")
+            out.append(extent // factor)
     return out
 
 
