@@ -8,7 +8,9 @@ convs whose channel counts are not multiples of 4 get zero channels
 (:mod:`texscope.rewrites.pad_channels`), and the operands of broadcasting binary
 operators equal ranks (:mod:`texscope.rewrites.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
 and conv2d weights as OIHW4o (the layouts come from the registry); pools
-follow their input.  Operators the
+follow their input.  TVM's ConvertLayout's result is computed by
+:mod:`texscope.rewrites.packed_layout` from the registry's layout rules, TVM's
+pass running only where those do not cover the module.  Operators the
 registry keeps stay Relax calls.  Operators whose decisions need their
 attributes are legalized with the operator and those attributes recorded on
 the PrimFunc as a printable ``texscope_op`` dict (Relax type inference of those
@@ -31,6 +33,7 @@ from .rewrites.fold_constants import fold_constants
 from .ir.graph import CALL_TIR, relax_bindings, require_shapes
 from .rewrites.legalize import legalization_of, legalize_map, once_per_signature
 from .rewrites.pad_channels import PadChannels
+from .rewrites.packed_layout import ConvertLayoutByRules
 from .knowledge.targets import texture_target
 
 
@@ -163,7 +166,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
                 ExpandBroadcastRank(),
             ])(mod)
             try:
-                mod = relax.transform.ConvertLayout({}, registry.desired_layouts)(mod)
+                mod = ConvertLayoutByRules(registry.desired_layouts)(mod)
             except tvm.error.InternalError as err:
                 # Only TVM's message crosses its pass infrastructure (a chained
                 # cause does not): keep all of it and its type.  Only

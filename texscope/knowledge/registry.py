@@ -52,6 +52,94 @@ BROADCAST_BINARY_OPS = (
 )
 
 
+@attrs.frozen
+class LayoutRule:
+    """How stage 1's layout conversion carries packed layouts through one
+    operator: what TVM's ConvertLayout does with it (its ``FRelaxInferLayout``),
+    which :mod:`texscope.rewrites.packed_layout` computes without building
+    TVM layout objects.  Operators TVM gives no layout inference need no
+    rule (their operands are unpacked); any other operator without a rule
+    sends the module to TVM's pass.
+
+    Parameters
+    ----------
+    kind : str
+        ``"elementwise"``: the output in its first operand's layout.
+        ``"broadcast"``: two operands of any ranks; the packed one's layout
+        where the other's shape packs the same way.
+        ``"desired"``: the layouts :func:`desired_layouts` asks (data,
+        kernel, output), written into ``layout_attrs``, where both operands'
+        shapes pack; else plain.
+        ``"window"``: a packed input's layout kept where its shape packs,
+        ``layout_attrs`` (input and output layout) named after it; else plain.
+        ``"plain"``: a packed input unpacked; the output plain.
+        ``"reduce"``: a reduction over ``axis_attr`` (all axes where None)
+        follows its input's layout, packed or not; its axes are renumbered
+        in that layout.
+        ``"permute"``: a packed input unpacked; the order in ``axis_attr``
+        written out (reversed where None).
+        ``"join"``: one tuple operand, all its tensors in one layout (the
+        first packed one's where none is plain, else the first plain one's);
+        the axis in ``axis_attr`` renumbered in that layout.
+        ``"split"``: the parts in the input's layout where each part's shape
+        packs as the input does, else plain; ``axis_attr`` renumbered.
+        ``"squeeze"``: a packed input unpacked; the squeezed axes in
+        ``axis_attr`` written out in order (the unit axes where None).
+        ``"normalize"``: the first operand's layout followed, packed or not,
+        the other ``tensor_operands`` plain; the axes in ``axis_attr``
+        renumbered in that layout.
+    layout_attrs : tuple of str
+        The attributes naming the layouts (``desired``, ``window``).
+    axes_operand : int, optional
+        For ``plain``: the operand holding a static tuple of axes, which
+        the conversion writes back non-negative (as int64).
+    axis_attr : str
+        For ``plain``: the attribute holding one axis, written back
+        non-negative; for ``reduce``: the one holding the reduced axes; for
+        ``permute``: the one holding the order; for ``join`` and ``split``:
+        the joined or split axis; for ``normalize``: the normalized axes;
+        for ``squeeze``: the squeezed axes.
+    tensor_operands : int
+        For ``normalize``: how many operands are tensors.
+    """
+
+    kind: str
+    layout_attrs: tuple[str, ...] = ()
+    axes_operand: int | None = None
+    axis_attr: str = ""
+    tensor_operands: int = 1
+
+
+_ELEMENTWISE_RULE = LayoutRule("elementwise")
+_BROADCAST_RULE = LayoutRule("broadcast")
+_CONV_LAYOUT_ATTRS = ("data_layout", "kernel_layout", "out_layout")
+
+LAYOUT_RULES: Mapping[str, LayoutRule] = {
+    **{op: _ELEMENTWISE_RULE for op in (
+        "relax.nn.relu", "relax.astype", "relax.sigmoid", "relax.sqrt", "relax.rsqrt",
+        "relax.tanh", "relax.exp", "relax.negative", "relax.abs", "relax.square",
+    )},
+    **{op: _BROADCAST_RULE for op in BROADCAST_BINARY_OPS},
+    "relax.nn.conv2d": LayoutRule("desired", _CONV_LAYOUT_ATTRS),
+    **{op: LayoutRule("window", ("layout", "out_layout")) for op in (
+        "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
+    )},
+    "relax.expand_dims": LayoutRule("plain"),
+    "relax.image.resize2d": LayoutRule("plain"),
+    "relax.strided_slice": LayoutRule("plain", axes_operand=1),
+    "relax.nn.softmax": LayoutRule("plain", axis_attr="axis"),
+    "relax.flip": LayoutRule("plain", axis_attr="axis"),
+    "relax.squeeze": LayoutRule("squeeze", axis_attr="axis"),
+    "relax.permute_dims": LayoutRule("permute", axis_attr="axes"),
+    "relax.concat": LayoutRule("join", axis_attr="axis"),
+    "relax.split": LayoutRule("split", axis_attr="axis"),
+    "relax.nn.layer_norm": LayoutRule("normalize", axis_attr="axes", tensor_operands=3),
+    **{op: LayoutRule("reduce", axis_attr="axis") for op in (
+        "relax.mean", "relax.sum", "relax.max", "relax.min",
+    )},
+}
+
+
 def recorded_op(call: relax.Call, mod: tvm.IRModule) -> tuple[str | None, Mapping]:
     """The operator behind a call and its attribute values.
 
