@@ -104,6 +104,31 @@ def test_the_conv_rule_leaves_other_kernels_before_analysing_them(monkeypatch):
                                       False) is None
 
 
+def test_the_data_pad_check_asks_for_a_select_before_analysing_a_block(monkeypatch):
+    """Every block of the zoo's kernels gets dlight's answer; a block without
+    a select gets it without dlight's block analysis."""
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(zoo.NETWORKS["resnet"](), "adreno-opencl")
+    blocks, pads = [], 0
+    for func in capture.module.functions.values():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            sch = tvm.s_tir.Schedule(func)
+            for block in sch.get_child_blocks(sch.get_sblock("root")):
+                expected = dlight.analysis.get_sblock_info(sch, block).is_data_pad(sch)
+                assert schedule._is_data_pad(sch, block) == expected
+                blocks.append((sch, block))
+                pads += expected
+    assert pads and len(blocks) > pads
+    analysed = []
+    real = dlight.analysis.get_sblock_info
+    monkeypatch.setattr(dlight.analysis, "get_sblock_info",
+                        lambda sch, block: analysed.append(block) or real(sch, block))
+    for sch, block in blocks:
+        schedule._is_data_pad(sch, block)
+    assert 0 < len(analysed) < len(blocks)
+
+
 def test_the_texel_writer_takes_only_one_texture_output_on_texture_targets():
     rule = TexelWriter()
     assert rule.apply(texel_cases.TwoTextureOutputs["split"], ADRENO, False) is None

@@ -30,6 +30,7 @@ from tvm.s_tir.schedule import _type_checker
 from ..errors import TexscopeError
 from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
+from .conv_schedule import CONV_BLOCK, schedule_packed_conv
 from .parallel import build_jobs, map_in_order
 
 
@@ -91,6 +92,15 @@ def _writes_any(sch: s_tir.Schedule, block, params) -> bool:
 
 
 _sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
+_has_if_then_else = tvm.get_global_func("s_tir.schedule.HasIfThenElse")
+
+
+def _is_data_pad(sch: s_tir.Schedule, block) -> bool:
+    """dlight's ``SBlockInfo.is_data_pad``, its last condition (a select in
+    the block) asked first: most blocks have none, and the analysis behind
+    the others costs about a millisecond a block."""
+    return bool(_has_if_then_else(sch.get(block))) \
+        and dlight.analysis.get_sblock_info(sch, block).is_data_pad(sch)
 
 
 def _writes_one_like(sch: s_tir.Schedule, block, shape) -> bool:
@@ -187,12 +197,9 @@ class TexelWriter(dlight.ScheduleRule):
         sch.vectorize(lane)
 
 
-# The block name TVM's Adreno Conv2d rule schedules (its legalization's).
-CONV_BLOCK = "conv2d_NCHWc"
-
-
 class EpilogueConv2d(dlight.ScheduleRule):
-    """TVM's Adreno Conv2d rule, after inlining every element-wise block
+    """TVM's Adreno Conv2d rule (as :mod:`texscope.backend.conv_schedule`
+    writes it), after inlining every element-wise block
     that writes no output into its readers, in order.
 
     A PReLU written element-wise (``max(x, 0) + min(x, 0) * alpha``) reads
@@ -204,10 +211,7 @@ class EpilogueConv2d(dlight.ScheduleRule):
 
     is_target_available = _on_texture_target
 
-    def __init__(self):
-        self.conv2d = _on_every_texture_target(dlight.adreno.Conv2d)
-
-    def apply(self, func, target, tunable):
+    def apply(self, func, target, _tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
             return None
         # Checked here: the Adreno rule's own check sees a Schedule, not the
@@ -225,12 +229,12 @@ class EpilogueConv2d(dlight.ScheduleRule):
         for block in blocks:
             if (_is_spatial(sch, block)
                     and not _writes_any(sch, block, func.params)
-                    and not dlight.analysis.get_sblock_info(sch, block).is_data_pad(sch)):
+                    and not _is_data_pad(sch, block)):
                 try:
                     sch.compute_inline(block)
                 except s_tir.ScheduleError:
                     pass
-        return self.conv2d.apply(sch, target, tunable)
+        return schedule_packed_conv(sch)
 
 
 class _NoneOnScheduleError(dlight.ScheduleRule):

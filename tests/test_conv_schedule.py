@@ -1,0 +1,106 @@
+"""The packed conv's schedule (texscope.backend.conv_schedule) against TVM's
+own Adreno Conv2d rule: the same scheduled kernel, on every conv kernel of
+the zoo (and, under ``real_models``, of every importable MediaPipe model),
+for both targets' channel counts, guards and data pads."""
+
+import pytest
+import tvm
+from tvm import s_tir
+from tvm.s_tir import dlight
+
+import texscope
+from conftest import ADRENO, BeforeScheduling
+from modules import texel_cases
+from test_tflite import IMPORTABLE
+from texscope.backend import conv_schedule, schedule
+from texscope.backend.schedule import EpilogueConv2d
+from texscope.frontend.tflite_model import load_tflite
+from texscope.models import zoo
+
+
+def _conv_kernels(mod) -> list:
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(mod, "adreno-opencl")
+    return [func for func in capture.module.functions.values()
+            if isinstance(func, tvm.tirx.PrimFunc)
+            and conv_schedule.CONV_BLOCK in func.script()]
+
+
+def _tvms_schedule(func):
+    """EpilogueConv2d's inlining, then TVM's Adreno Conv2d rule."""
+    sch = s_tir.Schedule(func)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if (schedule._is_spatial(sch, block) and not schedule._writes_any(sch, block, func.params)
+                and not schedule._is_data_pad(sch, block)):
+            try:
+                sch.compute_inline(block)
+            except s_tir.ScheduleError:
+                pass
+    return dlight.adreno.Conv2d().apply(sch, ADRENO, False)
+
+
+def _assert_tvms_schedule(kernels) -> None:
+    with ADRENO:
+        for func in kernels:
+            ours = EpilogueConv2d().apply(func, ADRENO, False)
+            tvm.ir.assert_structural_equal(ours.mod, _tvms_schedule(func).mod)
+
+
+def _guards(kernels) -> set:
+    """Which of the four splits of the kernels' convs leave a remainder."""
+    found = set()
+    for func in kernels:
+        script = EpilogueConv2d().apply(func, ADRENO, False).mod.script()
+        found |= {part for part, text in (("channels", "_fused % "), ("rows", "* T.int64(16) + "),
+                                          ("texels", "_0 * T.int64(4) + ")) if text in script}
+    return found
+
+
+def test_the_zoos_convs_get_tvms_schedule():
+    kernels = [k for name in ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
+               for k in _conv_kernels(zoo.NETWORKS[name]())]
+    assert len(kernels) >= 20
+    _assert_tvms_schedule(kernels)
+
+
+def test_guards_of_every_split_are_appended_as_split_appends_them(mediapipe):
+    # face_detection_short_range: 5x5 stem, depthwise (one input channel: the
+    # texel split guards), output channel counts not a multiple of 8, rows
+    # and columns below 16.
+    kernels = _conv_kernels(load_tflite(mediapipe["face_detection_short_range"]))
+    assert _guards(kernels) == {"channels", "rows", "texels"}
+    _assert_tvms_schedule(kernels)
+
+
+def test_a_kernel_without_one_packed_conv_is_declined():
+    pool = texel_cases.MaxPoolToTexture["max_pool2d"]  # a reduction, not a conv
+    split = texel_cases.TwoTextureOutputs["split"]  # no reduction
+    for func in (pool, split):
+        assert conv_schedule.schedule_packed_conv(s_tir.Schedule(func)) is None
+        assert dlight.adreno.Conv2d().apply(func, ADRENO, False) is None
+
+
+@pytest.mark.real_models
+@pytest.mark.parametrize("name", IMPORTABLE)
+def test_a_real_models_convs_get_tvms_schedule(mediapipe, name):
+    _assert_tvms_schedule(_conv_kernels(load_tflite(mediapipe[name])))
+
+
+def test_no_split_of_the_conv_schedule_guards_the_blocks_itself(monkeypatch):
+    """The guards go on in one replacement: each split alone would simplify
+    the block's bindings under its guard (most of a conv's schedule time)."""
+    calls = []
+    split = schedule.UncheckedSchedule.split
+
+    def recording(self, loop, factors, preserve_unit_iters=True, disable_predication=False):
+        calls.append(disable_predication)
+        return split(self, loop, factors, preserve_unit_iters, disable_predication)
+
+    kernels = _conv_kernels(zoo.NETWORKS["resnet"]())
+    monkeypatch.setattr(schedule.UncheckedSchedule, "split", recording)
+    with ADRENO:
+        for func in kernels:
+            EpilogueConv2d().apply(func, ADRENO, False)
+    # Four per conv; the others are the default schedule's, of the data pads.
+    assert kernels and calls.count(True) == 4 * len(kernels)

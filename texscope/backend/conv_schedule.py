@@ -1,0 +1,117 @@
+"""The packed conv's schedule: TVM's Adreno ``Conv2d`` rule, step for step,
+with the guards of its non-dividing splits appended once.
+
+A ``split`` whose factors do not divide the loop appends a guard to the
+block under it (``T.where(outer * 16 + inner < extent)``), and TVM then
+simplifies the block's bindings under that guard: about 1.8 ms a split,
+against 0.2 ms for one that divides.  The Adreno rule splits the output
+channels by 8, the rows and columns by 16 and the input channels by 4, so on
+the small feature maps of phone models nearly every split guards.  Here the
+splits run unguarded and the same guards, built as ``split`` builds them,
+go on the conv block in one replacement before the first step that reads
+them (``compute_at``: the cache write sizes its buffer by them).  The
+scheduled kernel is the one TVM's rule makes (the tests compare them on
+every conv kernel of the zoo and of the MediaPipe models).
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight import analysis
+from tvm.s_tir.dlight.adreno.utils import schedule_default, schedule_inline_blocks
+
+# The block name TVM's Adreno Conv2d rule schedules (its legalization's).
+CONV_BLOCK = "conv2d_NCHWc"
+
+_sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
+
+
+def _split_unguarded(sch: s_tir.Schedule, loop, factors: list):
+    """``sch.split(loop, factors)`` without its guard; returns the new loops
+    and the guard ``split`` would have appended (None where the factors
+    divide the extent, where ``split`` appends none)."""
+    extent = sch.get(loop).extent
+    loops = sch.split(loop, factors, preserve_unit_iters=True, disable_predication=True)
+    extents = [sch.get(new).extent for new in loops]
+    if math.prod(int(e) for e in extents) == int(extent):
+        return loops, None
+    # As split writes it, ((0 * f0 + v0) * f1 + v1) * f2 + v2, its leading
+    # zero folded away by TVM's operators.
+    value = sch.get(loops[0]).loop_var
+    for new, factor in zip(loops[1:], extents[1:]):
+        value = value * factor + sch.get(new).loop_var
+    return loops, value < extent
+
+
+def _substituted(expr, var, value):
+    """``expr`` with ``var`` replaced, nothing refolded (as ``fuse`` does)."""
+    return tvm_ffi.structural_map(expr, (tirx.Var, lambda v: value if v.same_as(var) else v))
+
+
+def _append_guards(sch: s_tir.Schedule, block, guards: list) -> None:
+    """Append ``guards`` to ``block``'s predicate, in order, as each split
+    would have; the block must be its innermost loop's body."""
+    realize = _sblock_realize(sch, block)
+    loop_rv = sch.get_loops(block)[-1]
+    loop = sch.get(loop_rv)
+    if not loop.body.same_as(realize):
+        raise s_tir.ScheduleError("the conv block is not its innermost loop's body")
+    guarded = s_tir.SBlockRealize(realize.iter_values, tirx.all(realize.predicate, *guards),
+                                  realize.block)
+    sch.state.replace(sch.get_sref(loop_rv), tirx.For(
+        loop.loop_var, loop.min, loop.extent, loop.kind, guarded, loop.thread_binding,
+        loop.annotations))
+
+
+_THREADS = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "vthread.z", "vthread.y", "vthread.x",
+            "threadIdx.z", "threadIdx.y", "threadIdx.x")
+
+
+def schedule_conv_block(sch: s_tir.Schedule, block) -> None:
+    """The Adreno rule's conv schedule: output channels over blocks and 8
+    virtual threads, rows and columns over 16 x 16 threads, input channels by
+    texels, the input texel and the accumulators in registers."""
+    n, oc, oh, ow, ob, ic, kh, kw = sch.get_loops(block)
+    (bz, vz, tz), channels = _split_unguarded(sch, oc, [None, 8, 1])
+    (by, vy, ty), rows = _split_unguarded(sch, oh, [None, 1, 16])
+    (bx, vx, tx), columns = _split_unguarded(sch, ow, [None, 1, 16])
+    channel_block, blocks_of_channels = sch.get(bz).loop_var, sch.get(bz).extent
+    bz = sch.fuse(n, bz, preserve_unit_iters=True)
+    if channels is not None:  # fuse rewrote the channel block as this
+        channels = _substituted(channels, channel_block,
+                                tirx.floormod(sch.get(bz).loop_var, blocks_of_channels))
+    sch.reorder(bz, by, bx, vz, vy, vx, tz, ty, tx, ob)
+    for loop, thread in zip((bz, by, bx, vz, vy, vx, tz, ty, tx), _THREADS):
+        sch.bind(loop, thread)
+    read = sch.cache_read(block, 0, "local")
+    (ico, icb), texels = _split_unguarded(sch, ic, [None, 4])
+    sch.reorder(ico, kh, kw, icb, ob)
+    guards = [g for g in (channels, rows, columns, texels) if g is not None]
+    if guards:
+        _append_guards(sch, block, guards)
+    sch.compute_at(read, kw, preserve_unit_loops=True)
+    sch.vectorize(sch.get_loops(read)[-1])
+    write = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write, tx, preserve_unit_loops=True)
+    sch.vectorize(sch.get_loops(write)[-1])
+    init = sch.decompose_reduction(block, tx)
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+def schedule_packed_conv(sch: s_tir.Schedule) -> s_tir.Schedule | None:
+    """What TVM's Adreno ``Conv2d`` rule makes of a kernel: None unless its
+    only reduction block is a packed conv; else the conv scheduled, the
+    other blocks inlined where they can be and the rest given the default
+    schedule."""
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    reductions = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
+    if len(reductions) != 1 or CONV_BLOCK not in sch.get(reductions[0]).name_hint:
+        return None
+    schedule_conv_block(sch, reductions[0])
+    others = schedule_inline_blocks(sch, [b for b in blocks if b not in reductions])
+    schedule_default(sch, others)
+    return sch
