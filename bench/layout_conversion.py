@@ -30,24 +30,12 @@ import texscope
 from texscope.ir.graph import relax_bindings
 from texscope.knowledge import registry
 from texscope.models import zoo
-from texscope.rewrites.packed_layout import ConvertLayoutByRules, convert_layout_or_none
+from texscope.rewrites.packed_layout import (ConversionInput, ConvertLayoutByRules,
+                                              convert_layout_or_none)
 
 MEDIAPIPE = ("face_detection_short_range", "face_landmark", "hand_landmark_full",
              "hand_landmark_lite", "hand_recrop", "iris_landmark", "palm_detection_full",
              "palm_detection_lite", "pose_landmark_full")
-
-
-@tvm.instrument.pass_instrument
-class _LayoutInput:
-    """Keeps the module stage 1 converts, skips the rest of stage 1."""
-
-    def __init__(self):
-        self.module = None
-
-    def should_run(self, mod, info):
-        if info.name == "texscope.ConvertLayoutByRules" and self.module is None:
-            self.module = mod
-        return self.module is None or info.name == "texscope.ConvertToPackedLayout"
 
 
 def _model(name: str) -> tvm.IRModule:
@@ -70,7 +58,7 @@ def _cpu_seconds(function) -> float:
 
 
 def measure(name: str) -> str:
-    capture = _LayoutInput()
+    capture = ConversionInput()
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.ConvertToPackedLayout("adreno-opencl")(_model(name))
     mod = capture.module

@@ -20,27 +20,13 @@ from conftest import ADRENO
 from fuzz_models import build, recipes
 from texscope.knowledge import registry
 from texscope.models import examples, zoo
-from texscope.rewrites.packed_layout import (ConvertLayoutByRules, convert_layout,
-                                             convert_layout_or_none)
-
-
-@tvm.instrument.pass_instrument
-class _LayoutInput:
-    """Keeps the module stage 1 hands its layout conversion, and skips the
-    rest of stage 1 (legalization costs seconds on a real model)."""
-
-    def __init__(self):
-        self.module = None
-
-    def should_run(self, mod, info):
-        if info.name == "texscope.ConvertLayoutByRules" and self.module is None:
-            self.module = mod
-        return self.module is None or info.name == "texscope.ConvertToPackedLayout"
+from texscope.rewrites.packed_layout import (ConversionInput, ConvertLayoutByRules,
+                                             convert_layout, convert_layout_or_none)
 
 
 def layout_input(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` as stage 1 has it when it converts layouts."""
-    capture = _LayoutInput()
+    capture = ConversionInput()
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.ConvertToPackedLayout(ADRENO)(mod)
     assert capture.module is not None

@@ -134,18 +134,28 @@ def window(converter, call, rule) -> Inferred:
     return Inferred([layout], layout, with_fields(call.attrs))
 
 
-def plain(converter, call, rule) -> Inferred:
-    """A packed input unpacked, the result plain; an axis attribute or a
-    static axes operand written non-negative."""
+def _unpacked_operand(converter, call) -> tuple[int, str]:
+    """The rank of a call's first operand and the plain layout it is given
+    (a packed one unpacked); Unsupported for an unknown rank or a permuted
+    layout."""
     converter.no_desired(call)
     ndim = tensor_ndim(call.args[0].ty)
-    layout = converter.leaf(call.args[0])
-    if ndim is None or tensor_ndim(call.ty) is None:
+    if ndim is None:
         raise Unsupported("operand of unknown rank")
+    layout = converter.leaf(call.args[0])
     if packed(layout):
         layout = initial(ndim)
     if layout != initial(ndim):
         raise Unsupported("permuted layout")
+    return ndim, layout
+
+
+def plain(converter, call, rule) -> Inferred:
+    """A packed input unpacked, the result plain; an axis attribute or a
+    static axes operand written non-negative."""
+    ndim, layout = _unpacked_operand(converter, call)
+    if tensor_ndim(call.ty) is None:
+        raise Unsupported("result of unknown rank")
     new_args, new_attrs = {}, call.attrs
     if rule.axis_attr:
         axis = int(getattr(call.attrs, rule.axis_attr))
@@ -162,15 +172,7 @@ def plain(converter, call, rule) -> Inferred:
 
 def permute(converter, call, rule) -> Inferred:
     """A packed input unpacked; the order written out (reversed where None)."""
-    converter.no_desired(call)
-    ndim = tensor_ndim(call.args[0].ty)
-    if ndim is None:
-        raise Unsupported("operand of unknown rank")
-    layout = converter.leaf(call.args[0])
-    if packed(layout):
-        layout = initial(ndim)
-    if layout != initial(ndim):
-        raise Unsupported("permuted layout")
+    ndim, layout = _unpacked_operand(converter, call)
     order = getattr(call.attrs, rule.axis_attr)
     order = list(range(ndim - 1, -1, -1)) if order is None else [int(a) for a in order]
     if sorted(order) != list(range(ndim)):
@@ -237,16 +239,8 @@ def normalize(converter, call, rule) -> Inferred:
 def squeeze(converter, call, rule) -> Inferred:
     """TVM's InferLayoutSqueeze: a packed input unpacked; the squeezed
     axes written out in order (the unit ones where None)."""
-    converter.no_desired(call)
-    ndim = tensor_ndim(call.args[0].ty)
-    if ndim is None:
-        raise Unsupported("operand of unknown rank")
+    ndim, layout = _unpacked_operand(converter, call)
     shape = static_shape(call.args[0])
-    layout = converter.leaf(call.args[0])
-    if packed(layout):
-        layout = initial(ndim)
-    if layout != initial(ndim):
-        raise Unsupported("permuted layout")
     axes = getattr(call.attrs, rule.axis_attr)
     if axes is None:
         axes = [i for i, extent in enumerate(shape)

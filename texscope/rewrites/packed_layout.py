@@ -304,3 +304,18 @@ def ConvertLayoutByRules(layout_cb: Callable[[relax.Call], Mapping]  # pylint: d
         return convert_layout(mod, layout_cb)
 
     return convert
+
+
+@tvm.instrument.pass_instrument
+class ConversionInput:
+    """Keeps the module stage 1 hands its layout conversion (``module``) and
+    skips the rest of stage 1, whose legalization costs seconds on a real
+    model: for comparing conversions of one input (tests, the bench)."""
+
+    def __init__(self):
+        self.module = None
+
+    def should_run(self, mod, info):
+        if info.name == "texscope.ConvertLayoutByRules" and self.module is None:
+            self.module = mod
+        return self.module is None or info.name == "texscope.ConvertToPackedLayout"
