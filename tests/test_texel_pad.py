@@ -1,0 +1,35 @@
+"""A channel pad of whole texels done on the packed tensor."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from conftest import run_pass
+from modules import texel_pads
+from texscope.rewrites.texel_pad import PadWholeTexels
+
+
+def _run_on_cpu(mod, data):
+    executable = tvm.compile(mod, tvm.target.Target("llvm"))
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(data)).numpy()
+
+
+def test_a_residuals_whole_texel_pad_is_done_on_the_packed_tensor():
+    out = run_pass(PadWholeTexels(), texel_pads.ResidualPad)
+    tvm.ir.assert_structural_equal(out, texel_pads.ResidualPadOnPacked)
+
+
+def test_the_packed_pad_computes_what_unpack_pad_pack_computes():
+    data = np.random.default_rng(0).standard_normal((1, 6, 8, 8, 4)).astype("float32")
+    expected = _run_on_cpu(texel_pads.ResidualPad, data)
+    np.testing.assert_array_equal(_run_on_cpu(PadWholeTexels()(texel_pads.ResidualPad), data),
+                                  expected)
+    assert expected.shape == (1, 7, 8, 8, 4) and not expected[:, 6].any()
+
+
+@pytest.mark.parametrize("name", ["HalfTexelPad", "RowPad"])
+def test_other_pads_stay(name):
+    mod = getattr(texel_pads, name)
+    tvm.ir.assert_structural_equal(run_pass(PadWholeTexels(), mod), mod)
