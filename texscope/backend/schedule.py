@@ -30,7 +30,7 @@ from tvm.s_tir.schedule import _type_checker
 from ..errors import TexscopeError
 from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
-from .conv_schedule import CONV_BLOCK, schedule_packed_conv
+from .conv_schedule import CONV_BLOCK, sblock_realize, schedule_packed_conv
 from .parallel import build_jobs, map_in_order
 
 
@@ -91,7 +91,6 @@ def _writes_any(sch: s_tir.Schedule, block, params) -> bool:
     return any(region.source.same_as(p) for region in sch.get(block).writes for p in params)
 
 
-_sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
 _has_if_then_else = tvm.get_global_func("s_tir.schedule.HasIfThenElse")
 
 
@@ -181,7 +180,7 @@ class TexelWriter(dlight.ScheduleRule):
         loops = sch.get_loops(block)
         thread_loop = sch.get(thread_x)
         inner = loops[[sch.get(loop).same_as(thread_loop) for loop in loops].index(True) + 1:]
-        bindings = list(zip(sch.get(block).iter_vars, _sblock_realize(sch, block).iter_values))
+        bindings = list(zip(sch.get(block).iter_vars, sblock_realize(sch, block).iter_values))
         spatial = [v for iv, v in bindings if int(iv.iter_type) == tvm.tirx.IterVar.DataPar]
         reduced = [v for iv, v in bindings if int(iv.iter_type) == tvm.tirx.IterVar.CommReduce]
 
