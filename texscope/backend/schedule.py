@@ -73,8 +73,8 @@ def _apply_if_static(self, func, target, tunable):
 def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
     other texture targets, and only kernels of static shape, given as an
-    :data:`UncheckedSchedule` (the rule must take a Schedule for a PrimFunc:
-    TVM's Conv2d and LayoutTransform do)."""
+    :data:`UncheckedSchedule` (the rule must take a Schedule for a PrimFunc,
+    as TVM's LayoutTransform does)."""
     return type(rule_class.__name__, (rule_class,), {
         "is_target_available": _on_texture_target, "apply": _apply_if_static})()
 
