@@ -267,6 +267,46 @@ class _NoneOnScheduleError(dlight.ScheduleRule):
             return None
 
 
+def _reduces(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether some block of ``func`` has a reduction iterator (statements
+    only are walked: no block lies inside an expression or a store)."""
+
+    def on_block(block, visitor):
+        if any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars):
+            return tvm_ffi.VisitInterrupt()
+        return visitor.visit(block.body)
+
+    def pruned(_value, _visitor):
+        return None
+
+    return tvm_ffi.structural_visit(func.body, [
+        (s_tir.stmt.SBlock, on_block),
+        ((tvm.ir.Expr, tvm.tirx.BufferStore, tvm.tirx.Evaluate), pruned),
+    ]) is not None
+
+
+class _OnReductions(dlight.ScheduleRule):
+    """One of TVM's reduction rules, offered only kernels that reduce.
+
+    ``dlight.gpu.Reduction`` declines a kernel with no reduction iterator
+    only after normalizing it and trying to inline its blocks (2-7 ms a
+    kernel, as long as the schedule that follows); ``GeneralReduction``
+    likewise, except for a scalar-writing kernel, which the fallback
+    schedules as well.  Spatial kernels go straight to the next rule.
+    """
+
+    def __init__(self, rule: dlight.ScheduleRule):
+        self.rule = rule
+
+    def is_target_available(self, target) -> bool:
+        return self.rule.is_target_available(target)
+
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not _reduces(func):
+            return None
+        return self.rule.apply(func, target, tunable)
+
+
 class TextureFallback(dlight.adreno.Fallback):
     """TVM's Adreno fallback schedule, for kernels of static shape on every
     texture target, on an :data:`UncheckedSchedule`.
@@ -392,7 +432,8 @@ def schedule_passes(jobs: int | None = None) -> list:
             TexelWriter(),
             TextureFallback(),
             # Kernels of no texture: TVM's generic GPU rules.
-            dlight.gpu.Reduction(), _NoneOnScheduleError(dlight.gpu.GeneralReduction()),
+            _OnReductions(dlight.gpu.Reduction()),
+            _OnReductions(_NoneOnScheduleError(dlight.gpu.GeneralReduction())),
             dlight.gpu.Fallback(),
             jobs=jobs,
         ),
