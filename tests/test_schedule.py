@@ -219,3 +219,41 @@ def test_a_layout_transform_tvms_adreno_rule_cannot_schedule_goes_to_the_next_ru
     # The generic fallback took it: its loop runs on GPU threads.
     assert "T.thread_binding" in scheduled["unpack"].script()
     assert scheduled["unpack"].attrs["tirx.is_scheduled"]
+
+
+def test_reduction_rules_see_only_kernels_that_reduce():
+    """On the inception block's kernels, a kernel without a reduction
+    iterator is one TVM's reduction rules decline; the wrapped rules are not
+    asked about it, and are asked (and answer as TVM's) about the others."""
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl")
+    kernels = [f for f in capture.module.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    target = tvm.target.Target("opencl")
+    asked = []
+
+    class Recording(dlight.gpu.Reduction):
+        def apply(self, func, target, tunable):
+            asked.append(func)
+            return super().apply(func, target, tunable)
+
+    wrapped = schedule._OnReductions(Recording())
+    spatial = 0
+    for func in kernels:
+        sch = tvm.s_tir.Schedule(func)
+        blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+        reduces = any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce
+                      for block in blocks for iv in block.iter_vars)
+        assert schedule._reduces(func) == reduces
+        with target:
+            ours = wrapped.apply(func, target, False)
+            theirs = dlight.gpu.Reduction().apply(func, target, False)
+            if not reduces:
+                spatial += 1
+                assert theirs is None
+                assert dlight.gpu.GeneralReduction().apply(func, target, False) is None
+        assert (ours is None) == (theirs is None)
+        if ours is not None:
+            tvm.ir.assert_structural_equal(ours.mod, theirs.mod)
+    assert 0 < spatial < len(kernels)
+    assert len(asked) == len(kernels) - spatial

@@ -27,7 +27,7 @@ from tvm.s_tir.dlight.adreno.utils import schedule_default, schedule_inline_bloc
 # The block name TVM's Adreno Conv2d rule schedules (its legalization's).
 CONV_BLOCK = "conv2d_NCHWc"
 
-_sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
+sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
 
 
 def _split_unguarded(sch: s_tir.Schedule, loop, factors: list):
@@ -55,7 +55,7 @@ def _substituted(expr, var, value):
 def _append_guards(sch: s_tir.Schedule, block, guards: list) -> None:
     """Append ``guards`` to ``block``'s predicate, in order, as each split
     would have; the block must be its innermost loop's body."""
-    realize = _sblock_realize(sch, block)
+    realize = sblock_realize(sch, block)
     loop_rv = sch.get_loops(block)[-1]
     loop = sch.get(loop_rv)
     if not loop.body.same_as(realize):

@@ -30,7 +30,7 @@ from tvm.s_tir.schedule import _type_checker
 from ..errors import TexscopeError
 from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
-from .conv_schedule import CONV_BLOCK, schedule_packed_conv
+from .conv_schedule import CONV_BLOCK, sblock_realize, schedule_packed_conv
 from .parallel import build_jobs, map_in_order
 
 
@@ -73,8 +73,8 @@ def _apply_if_static(self, func, target, tunable):
 def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
     other texture targets, and only kernels of static shape, given as an
-    :data:`UncheckedSchedule` (the rule must take a Schedule for a PrimFunc:
-    TVM's Conv2d and LayoutTransform do)."""
+    :data:`UncheckedSchedule` (the rule must take a Schedule for a PrimFunc,
+    as TVM's LayoutTransform does)."""
     return type(rule_class.__name__, (rule_class,), {
         "is_target_available": _on_texture_target, "apply": _apply_if_static})()
 
@@ -91,7 +91,6 @@ def _writes_any(sch: s_tir.Schedule, block, params) -> bool:
     return any(region.source.same_as(p) for region in sch.get(block).writes for p in params)
 
 
-_sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
 _has_if_then_else = tvm.get_global_func("s_tir.schedule.HasIfThenElse")
 
 
@@ -192,7 +191,7 @@ class TexelWriter(dlight.ScheduleRule):
         loops = sch.get_loops(block)
         thread_loop = sch.get(thread_x)
         inner = loops[[sch.get(loop).same_as(thread_loop) for loop in loops].index(True) + 1:]
-        bindings = list(zip(sch.get(block).iter_vars, _sblock_realize(sch, block).iter_values))
+        bindings = list(zip(sch.get(block).iter_vars, sblock_realize(sch, block).iter_values))
         spatial = [v for iv, v in bindings if int(iv.iter_type) == tvm.tirx.IterVar.DataPar]
         reduced = [v for iv, v in bindings if int(iv.iter_type) == tvm.tirx.IterVar.CommReduce]
 
@@ -277,6 +276,46 @@ class _NoneOnScheduleError(dlight.ScheduleRule):
             return self.rule.apply(func, target, tunable)
         except self.errors:
             return None
+
+
+def _reduces(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether some block of ``func`` has a reduction iterator (statements
+    only are walked: no block lies inside an expression or a store)."""
+
+    def on_block(block, visitor):
+        if any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars):
+            return tvm_ffi.VisitInterrupt()
+        return visitor.visit(block.body)
+
+    def pruned(_value, _visitor):
+        return None
+
+    return tvm_ffi.structural_visit(func.body, [
+        (s_tir.stmt.SBlock, on_block),
+        ((tvm.ir.Expr, tvm.tirx.BufferStore, tvm.tirx.Evaluate), pruned),
+    ]) is not None
+
+
+class _OnReductions(dlight.ScheduleRule):
+    """One of TVM's reduction rules, offered only kernels that reduce.
+
+    ``dlight.gpu.Reduction`` declines a kernel with no reduction iterator
+    only after normalizing it and trying to inline its blocks (2-7 ms a
+    kernel, as long as the schedule that follows); ``GeneralReduction``
+    likewise, except for a scalar-writing kernel, which the fallback
+    schedules as well.  Spatial kernels go straight to the next rule.
+    """
+
+    def __init__(self, rule: dlight.ScheduleRule):
+        self.rule = rule
+
+    def is_target_available(self, target) -> bool:
+        return self.rule.is_target_available(target)
+
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not _reduces(func):
+            return None
+        return self.rule.apply(func, target, tunable)
 
 
 class TextureFallback(dlight.adreno.Fallback):
@@ -404,7 +443,8 @@ def schedule_passes(jobs: int | None = None) -> list:
             TexelWriter(),
             TextureFallback(),
             # Kernels of no texture: TVM's generic GPU rules.
-            dlight.gpu.Reduction(), _NoneOnScheduleError(dlight.gpu.GeneralReduction()),
+            _OnReductions(dlight.gpu.Reduction()),
+            _OnReductions(_NoneOnScheduleError(dlight.gpu.GeneralReduction())),
             dlight.gpu.Fallback(),
             jobs=jobs,
         ),

@@ -142,6 +142,11 @@ def tensor_types(ty):
             yield from tensor_types(field)
 
 
+def known_ndim(ty) -> int | None:
+    """The rank of a tensor type; None for an unknown rank or a non-tensor."""
+    return ty.ndim if isinstance(ty, relax.TensorType) and ty.ndim >= 0 else None
+
+
 def static_dims(dims) -> tuple[int, ...] | None:
     """A shape's dimensions (Relax or TIR expressions) as integers; None if
     any is symbolic.  The one test of "static" every module uses."""

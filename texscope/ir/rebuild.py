@@ -105,6 +105,15 @@ def _on_device_of(ty, source_ty):
     return ty
 
 
+def with_attrs(attrs, **changes):
+    """A new attributes object of ``attrs``'s type: its fields, ``changes``
+    replacing some."""
+    info = type(attrs).__tvm_ffi_type_info__
+    fields = {f.name: getattr(attrs, f.name) for f in info.fields}
+    fields.update(changes)
+    return tvm.ir.make_node(info.type_key, **fields)
+
+
 def replace_functions(mod: tvm.IRModule, functions: dict, global_infos=None) -> tvm.IRModule:
     """A new module with some functions (and global infos) replaced."""
     merged = dict(mod.functions)

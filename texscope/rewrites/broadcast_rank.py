@@ -16,13 +16,8 @@ from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
 from ..knowledge import registry
-from ..ir.graph import static_shape
+from ..ir.graph import known_ndim, static_shape
 from ..ir.rebuild import rewrite_functions
-
-
-def _rank(expr) -> int | None:
-    ty = expr.ty
-    return ty.ndim if isinstance(ty, relax.TensorType) and ty.ndim >= 0 else None
 
 
 def _lifted(operand, rank: int):
@@ -34,7 +29,7 @@ def _lifted(operand, rank: int):
 
 def _expanded(call: relax.Call) -> relax.Expr | None:
     lhs, rhs = call.args
-    ranks = _rank(lhs), _rank(rhs)
+    ranks = known_ndim(lhs.ty), known_ndim(rhs.ty)
     if None in ranks or ranks[0] == ranks[1] or min(ranks) == 0:
         return None
     rank = max(ranks)

@@ -28,10 +28,10 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir.graph import Constant, static_shape
+from ..ir.graph import CALL_TIR, Constant, static_shape
 from .constant_eval import evaluate
 
-_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+_CALL_TIR = tvm.ir.Op.get(CALL_TIR)
 _EVAL_TARGET = "llvm"  # where FoldConstant runs what it folds
 
 

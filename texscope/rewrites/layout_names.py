@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import tvm
 from tvm import relax
 
+from ..ir.graph import static_dims
+
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # A layout is TVM's name of a LayoutDecision ("ABCD", "ABCD4b", "" for a
 # scalar), None for a value of unknown rank (not a tensor), or a tuple of
@@ -101,12 +103,6 @@ def transpose_sub_layout(ref: str, src: str, desired: str) -> str:
     return "".join(out)
 
 
-def tensor_ndim(ty) -> int | None:
-    if isinstance(ty, relax.TensorType):
-        return None if ty.ndim == -1 else ty.ndim
-    return None
-
-
 def initial_of_type(ty) -> Layout:
     if isinstance(ty, relax.TensorType):
         if ty.ndim == -1:
@@ -129,9 +125,10 @@ def static_shape_of(ty) -> list:
 
 
 def int_extents(shape: Sequence) -> list[int]:
-    if not all(isinstance(extent, tvm.tirx.IntImm) for extent in shape):
+    extents = static_dims(shape)
+    if extents is None:
         raise Unsupported("symbolic extent")
-    return [extent.value for extent in shape]
+    return list(extents)
 
 
 def converted_shape(src: str, dst: str, shape: Sequence) -> list[int]:

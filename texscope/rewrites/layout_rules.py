@@ -11,18 +11,12 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from ..ir.graph import known_ndim
+from ..ir.rebuild import with_attrs
 from .layout_names import (LETTERS, Unsupported, axes_of, can_prove_transform,
                            converted_shape, find_axis, follow, initial, packed, primal, rank,
-                           static_shape, static_shape_of, tensor_ndim, transpose_sub_layout,
+                           static_shape, static_shape_of, transpose_sub_layout,
                            typed_like)
-
-
-def with_fields(attrs_obj, **changes):
-    """A new attributes object: ``attrs_obj``'s fields, ``changes`` replacing some."""
-    info = type(attrs_obj).__tvm_ffi_type_info__
-    values = {f.name: getattr(attrs_obj, f.name) for f in info.fields}
-    values.update(changes)
-    return tvm.ir.make_node(info.type_key, **values)
 
 
 class Inferred:
@@ -62,7 +56,7 @@ def broadcast(converter, call, _rule) -> Inferred:
     rank, the other's broadcast to it."""
     converter.no_desired(call)
     first, second = converter.leaf(call.args[0]), converter.leaf(call.args[1])
-    ndim1, ndim2 = tensor_ndim(call.args[0].ty), tensor_ndim(call.args[1].ty)
+    ndim1, ndim2 = known_ndim(call.args[0].ty), known_ndim(call.args[1].ty)
     if ndim1 is None or ndim2 is None:
         raise Unsupported("broadcast of non-tensors")
     if packed(first) or packed(second):
@@ -104,20 +98,20 @@ def desired(converter, call, rule) -> Inferred:
                 and can_prove_transform(own[1], desired[1], static_shape(call.args[1]))):
             data, weight, out = (transpose_sub_layout("ABCD", o, d)
                                  for o, d in zip(own, desired))
-            new_attrs = with_fields(call.attrs, **dict(zip(names, desired)))
+            new_attrs = with_attrs(call.attrs, **dict(zip(names, desired)))
             return Inferred([data, weight], out, new_attrs,
                              ty=packed_type(call, own[2], desired[2]))
         data = weight = initial(4)
     if data != initial(4) or weight != initial(4):
         raise Unsupported("operand in a layout the operator would follow")
-    return Inferred([data, weight], data, with_fields(call.attrs))
+    return Inferred([data, weight], data, with_attrs(call.attrs))
 
 
 def window(converter, call, rule) -> Inferred:
     """TVM's InferLayoutPool2d: a packed input's layout kept where its shape
     packs (plain otherwise); the layout attributes named after it."""
     converter.no_desired(call)
-    if tensor_ndim(call.ty) != 4:
+    if known_ndim(call.ty) != 4:
         raise Unsupported("window operator not 4-D")
     layout = converter.leaf(call.args[0])
     names = rule.layout_attrs
@@ -126,12 +120,12 @@ def window(converter, call, rule) -> Inferred:
         desired = transpose_sub_layout(own, "ABCD", layout)
         if can_prove_transform(own, desired, static_shape(call.args[0])):
             return Inferred([layout], layout,
-                             with_fields(call.attrs, **{name: desired for name in names}),
+                             with_attrs(call.attrs, **{name: desired for name in names}),
                              ty=packed_type(call, own, desired))
         layout = initial(4)
     if layout != initial(4):
         raise Unsupported("permuted layout")
-    return Inferred([layout], layout, with_fields(call.attrs))
+    return Inferred([layout], layout, with_attrs(call.attrs))
 
 
 def _unpacked_operand(converter, call) -> tuple[int, str]:
@@ -139,7 +133,7 @@ def _unpacked_operand(converter, call) -> tuple[int, str]:
     (a packed one unpacked); Unsupported for an unknown rank or a permuted
     layout."""
     converter.no_desired(call)
-    ndim = tensor_ndim(call.args[0].ty)
+    ndim = known_ndim(call.args[0].ty)
     if ndim is None:
         raise Unsupported("operand of unknown rank")
     layout = converter.leaf(call.args[0])
@@ -154,12 +148,12 @@ def plain(converter, call, rule) -> Inferred:
     """A packed input unpacked, the result plain; an axis attribute or a
     static axes operand written non-negative."""
     ndim, layout = _unpacked_operand(converter, call)
-    if tensor_ndim(call.ty) is None:
+    if known_ndim(call.ty) is None:
         raise Unsupported("result of unknown rank")
     new_args, new_attrs = {}, call.attrs
     if rule.axis_attr:
         axis = int(getattr(call.attrs, rule.axis_attr))
-        new_attrs = with_fields(call.attrs, **{rule.axis_attr: (axis + ndim) % ndim})
+        new_attrs = with_attrs(call.attrs, **{rule.axis_attr: (axis + ndim) % ndim})
     if rule.axes_operand is not None:
         axes = call.args[rule.axes_operand]
         if not isinstance(axes, relax.Tuple) or not all(
@@ -167,7 +161,7 @@ def plain(converter, call, rule) -> Inferred:
             raise Unsupported("axes not static")
         new_args[rule.axes_operand] = relax.Tuple(
             [tvm.tirx.IntImm("int64", (a.value + ndim) % ndim) for a in axes.fields])
-    return Inferred([layout], initial(tensor_ndim(call.ty)), new_attrs, new_args)
+    return Inferred([layout], initial(known_ndim(call.ty)), new_attrs, new_args)
 
 
 def permute(converter, call, rule) -> Inferred:
@@ -177,7 +171,7 @@ def permute(converter, call, rule) -> Inferred:
     order = list(range(ndim - 1, -1, -1)) if order is None else [int(a) for a in order]
     if sorted(order) != list(range(ndim)):
         raise Unsupported("axes not a permutation of non-negative axes")
-    return Inferred([layout], layout, with_fields(call.attrs, **{rule.axis_attr: order}))
+    return Inferred([layout], layout, with_attrs(call.attrs, **{rule.axis_attr: order}))
 
 
 def join(converter, call, rule) -> Inferred:
@@ -200,7 +194,7 @@ def join(converter, call, rule) -> Inferred:
         plain = [l for l in layouts if not packed(l)]
         layout = plain[0] if plain else layouts[first_packed]
     axis = getattr(call.attrs, rule.axis_attr)
-    return Inferred([tuple([layout] * len(layouts))], layout, with_fields(
+    return Inferred([tuple([layout] * len(layouts))], layout, with_attrs(
         call.attrs, **{rule.axis_attr: find_axis(layout, 0 if axis is None else axis)}))
 
 
@@ -208,7 +202,7 @@ def split(converter, call, rule) -> Inferred:
     """TVM's InferLayoutSplit: every part in the input's layout where each
     part's shape packs as the input does, else all plain."""
     converter.no_desired(call)
-    ndim = tensor_ndim(call.args[0].ty)
+    ndim = known_ndim(call.args[0].ty)
     if ndim is None or not isinstance(call.ty, relax.TupleType):
         raise Unsupported("split of unknown rank")
     layout = converter.leaf(call.args[0])
@@ -219,21 +213,21 @@ def split(converter, call, rule) -> Inferred:
                 break
     axis = find_axis(layout, int(getattr(call.attrs, rule.axis_attr)))
     return Inferred([layout], tuple([layout] * len(call.ty.fields)),
-                     with_fields(call.attrs, **{rule.axis_attr: axis}))
+                     with_attrs(call.attrs, **{rule.axis_attr: axis}))
 
 
 def normalize(converter, call, rule) -> Inferred:
     """TVM's InferLayoutLayerNorm: the first operand's layout followed,
     packed or not, the others plain; the axes renumbered in that layout."""
     converter.no_desired(call)
-    ndims = [tensor_ndim(arg.ty) for arg in call.args[:rule.tensor_operands]]
+    ndims = [known_ndim(arg.ty) for arg in call.args[:rule.tensor_operands]]
     if None in ndims or len(ndims) < rule.tensor_operands:
         raise Unsupported("operand of unknown rank")
     layout = converter.leaf(call.args[0])
     axes = [find_axis(layout, (int(a) + ndims[0]) % ndims[0])
             for a in getattr(call.attrs, rule.axis_attr)]
     return Inferred([layout, *(initial(n) for n in ndims[1:])], layout,
-                     with_fields(call.attrs, **{rule.axis_attr: axes}))
+                     with_attrs(call.attrs, **{rule.axis_attr: axes}))
 
 
 def squeeze(converter, call, rule) -> Inferred:
@@ -250,13 +244,13 @@ def squeeze(converter, call, rule) -> Inferred:
         raise Unsupported("negative squeeze axis")
     squeezed = sorted(set(axes))
     return Inferred([layout], initial(ndim - len(squeezed)),
-                     with_fields(call.attrs, **{rule.axis_attr: squeezed}))
+                     with_attrs(call.attrs, **{rule.axis_attr: squeezed}))
 
 
 def reduction(converter, call, rule) -> Inferred:
     """TVM's InferLayoutStatistical, its string operations as they are."""
     converter.no_desired(call)
-    ndim = tensor_ndim(call.args[0].ty)
+    ndim = known_ndim(call.args[0].ty)
     if ndim is None:
         raise Unsupported("operand of unknown rank")
     axes = getattr(call.attrs, rule.axis_attr)
@@ -275,7 +269,7 @@ def reduction(converter, call, rule) -> Inferred:
         if not (c == "#" or (c.isdigit() and reference[i + 1:i + 2] == "#")))
     output = layout if getattr(call.attrs, "keepdims") else kept
     axes_of(output)  # TVM parses it: a layout it cannot parse is its error
-    return Inferred([layout], output, with_fields(call.attrs, **{rule.axis_attr: new_axes}))
+    return Inferred([layout], output, with_attrs(call.attrs, **{rule.axis_attr: new_axes}))
 
 
 # Each LayoutRule kind's function.

@@ -23,12 +23,12 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from ..ir.graph import Constant
 from ..knowledge import registry
 from .layout_names import (Layout, Unsupported, converted_shape, initial, initial_of_type,
                            rank, typed_like)
 from .layout_rules import RULES, Inferred
 
-_CONSTANT = tvm.ir.expr.GenericConst
 
 
 _INDEX_MAPS: dict[tuple[str, str], str] = {}
@@ -72,7 +72,7 @@ class _BlockConverter:
         if isinstance(expr, relax.Var):
             found = self.layouts.get(expr)
             return found if found is not None or expr in self.layouts else initial_of_type(expr.ty)
-        if isinstance(expr, _CONSTANT):
+        if isinstance(expr, Constant):
             return initial(expr.ty.ndim)
         if isinstance(expr, relax.Tuple):
             return tuple(self.layout_of(field) for field in expr.fields)
@@ -230,6 +230,7 @@ class _BlockConverter:
         if call.op.name in self.layout_cb(call):
             raise Unsupported("desired layouts for an operator that follows its input")
 
+
 def _nested_tensor(ty) -> bool:
     if isinstance(ty, relax.TensorType):
         return True
@@ -263,12 +264,10 @@ def convert_layout_or_none(mod: tvm.IRModule, layout_cb: Callable[[relax.Call], 
                            for b in block.bindings):
                         return None
                     blocks.append(block)
-        except Unsupported:
-            return None
         except Exception:  # pylint: disable=broad-except
-            # Whatever else the rules trip on (an attribute they do not
-            # expect, an operand TVM's type inference refuses), TVM's pass
-            # decides: it converts the module or raises its own error.
+            # Unsupported, or whatever else the rules trip on (an attribute
+            # they do not expect, an operand TVM's type inference refuses):
+            # TVM's pass decides, converting the module or raising its error.
             return None
         functions[gvar] = _function_with_blocks(func, blocks)
     updated = dict(mod.functions.items())

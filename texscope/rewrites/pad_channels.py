@@ -25,7 +25,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
 from ..ir.graph import static_shape
-from ..ir.rebuild import rewrite_functions
+from ..ir.rebuild import rewrite_functions, with_attrs
 from ..knowledge import registry
 from ..knowledge.registry import ChannelPadding
 from ..knowledge.targets import TEXEL_LANES
@@ -67,14 +67,6 @@ def _extra_groups(groups: int, in_per_group: int, out_per_group: int) -> int:
                 and (groups + k) * out_per_group % TEXEL_LANES == 0)
 
 
-def _with_attrs(attrs, **changed):
-    """A copy of an operator's attributes with some fields changed."""
-    info = type(attrs).__tvm_ffi_type_info__
-    fields = {f.name: getattr(attrs, f.name) for f in info.fields}
-    fields.update(changed)
-    return tvm.ir.make_node(info.type_key, **fields)
-
-
 def _padded(call: relax.Call, spec: ChannelPadding) -> relax.Expr | None:
     """The call with padded channels, or None when it needs none."""
     attrs = call.attrs
@@ -106,7 +98,7 @@ def _padded(call: relax.Call, spec: ChannelPadding) -> relax.Expr | None:
         data = _pad_axes(data, {channel: pad_data})
     weight = _pad_axes(weight, pad_weight)
     if groups != 1:
-        attrs = _with_attrs(attrs, **{spec.groups: groups + pad_data // in_per_group})
+        attrs = with_attrs(attrs, **{spec.groups: groups + pad_data // in_per_group})
     out = relax.Call(call.op, [data, weight, *call.args[2:]], attrs)
     if pad_weight[out_axis]:
         out = relax.op.strided_slice(out, axes=[out_layout.index(spec.channel)], begin=[0],
