@@ -6,6 +6,11 @@ import tvm
 from tvm import relax
 
 from conftest import run_pass
+from test_opencl_run import assert_close
+import texscope
+from texscope import opencl
+from texscope.diagnostics import verify
+from texscope.opencl.source import kernel_bodies
 from modules import texel_pads
 from texscope.rewrites.texel_pad import PadWholeTexels
 
@@ -33,3 +38,14 @@ def test_the_packed_pad_computes_what_unpack_pad_pack_computes():
 def test_other_pads_stay(name):
     mod = getattr(texel_pads, name)
     tvm.ir.assert_structural_equal(run_pass(PadWholeTexels(), mod), mod)
+
+
+def test_a_pooled_residuals_pad_fuses_with_the_pool_and_computes_the_cpu_numbers():
+    mod = texel_pads.PooledResidualPad
+    # PoCL's images stop at 8192 texels a side: the device's limits.
+    result = texscope.build(mod, opencl.device_target())
+    inputs = verify.random_inputs(mod, 0)
+    assert_close(opencl.run(result, inputs), verify.reference_outputs(mod, inputs))
+    assert result.report.build["copies_left"] == 0
+    pools = [name for name in kernel_bodies(result.opencl_source) if "pool" in name]
+    assert len(pools) == 1 and "pad" in pools[0]

@@ -39,3 +39,26 @@ class ResidualPadOnPacked:
                          pad_mode="constant")
             R.output(c)
         return c
+
+
+@I.ir_module
+class PooledResidualPad:
+    """Palm detection's downsampling residual: a 2x2 max pool of 32 channels
+    padded to 64 and added to a strided conv's output.  The pad, on the
+    packed tensor, fuses with the pool: one kernel writing 16 texel blocks
+    of which the pool computes 8 (48 x 48 pixels, as in palm_detection: 9
+    groups of 256 threads per block of texels)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 32, 96, 96), "float32"), w1: R.Tensor((32, 32, 1, 1), "float32"),
+             w2: R.Tensor((64, 32, 1, 1), "float32"), w3: R.Tensor((64, 64, 1, 1), "float32")):
+        with R.dataflow():
+            a = R.nn.conv2d(x, w1)
+            pooled = R.nn.max_pool2d(a, pool_size=(2, 2), strides=(2, 2))
+            padded = R.nn.pad(pooled, pad_width=[0, 0, 0, 32, 0, 0, 0, 0], pad_value=0.0,
+                              pad_mode="constant")
+            b = R.nn.conv2d(a, w2, strides=(2, 2))
+            c = R.add(b, padded)
+            gv = R.nn.conv2d(c, w3)
+            R.output(gv)
+        return gv

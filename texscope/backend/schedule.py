@@ -175,8 +175,16 @@ class TexelWriter(dlight.ScheduleRule):
         for producer in others:
             sch.set_scope(producer, 0, "local")
             sch.compute_at(producer, thread_x)
-        for block in (compute, *others):
-            TexelWriter._vectorize_lanes(sch, block, thread_x)
+        TexelWriter._vectorize_lanes(sch, compute, thread_x)
+        for producer in others:
+            # compute_at guards a producer with fewer texel blocks than the
+            # output (a pool a channel pad reads) by its extent; TVM will
+            # not vectorize a guarded reduction: its lanes stay scalars, in
+            # registers.
+            try:
+                TexelWriter._vectorize_lanes(sch, producer, thread_x)
+            except s_tir.ScheduleError:
+                pass
         return sch
 
     @staticmethod
