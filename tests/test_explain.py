@@ -82,11 +82,12 @@ def test_dump_stages_writes_each_stage(tmp_path):
     # Nested passes come before the pass that runs them.
     assert names == ["01_DecomposeForGPU.py", "02_ClipAsMaxMin.py", "03_PadChannels.py",
                      "04_ExpandBroadcastRank.py", "05_ConvertLayoutByRules.py",
-                     "06_FoldConstantsIfAny.py", "07_LegalizeKeepingAttrs.py",
-                     "08_ConvertToPackedLayout.py", "09_LegalizeKeepingAttrs.py",
-                     "10_DefineVDevice.py", "11_FoldTextureCopies.py", "12_Cleanup.py",
-                     "13_AnnotateTextureScope.py", "14_texture_scope_pipeline.py"]
-    defined = (tmp_path / "10_DefineVDevice.py").read_text()
+                     "06_PadWholeTexels.py", "07_FoldConstantsIfAny.py",
+                     "08_LegalizeKeepingAttrs.py", "09_ConvertToPackedLayout.py",
+                     "10_LegalizeKeepingAttrs.py", "11_DefineVDevice.py",
+                     "12_FoldTextureCopies.py", "13_Cleanup.py",
+                     "14_AnnotateTextureScope.py", "15_texture_scope_pipeline.py"]
+    defined = (tmp_path / "11_DefineVDevice.py").read_text()
     assert "global.texture" in defined and "R.hint_on_device" not in defined
 
 

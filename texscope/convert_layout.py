@@ -8,7 +8,8 @@ convs whose channel counts are not multiples of 4 get zero channels
 (:mod:`texscope.rewrites.pad_channels`), and the operands of broadcasting binary
 operators equal ranks (:mod:`texscope.rewrites.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
 and conv2d weights as OIHW4o (the layouts come from the registry); pools
-follow their input.  TVM's ConvertLayout's result is computed by
+follow their input; a channel pad of whole texels between an unpack and a
+pack is done on the packed tensor (:mod:`texscope.rewrites.texel_pad`).  TVM's ConvertLayout's result is computed by
 :mod:`texscope.rewrites.packed_layout` from the registry's layout rules, TVM's
 pass running only where those do not cover the module.  Operators the
 registry keeps stay Relax calls.  Operators whose decisions need their
@@ -34,6 +35,7 @@ from .ir.graph import CALL_TIR, relax_bindings, require_shapes
 from .rewrites.legalize import legalization_of, legalize_map, once_per_signature
 from .rewrites.pad_channels import PadChannels
 from .rewrites.packed_layout import ConvertLayoutByRules
+from .rewrites.texel_pad import PadWholeTexels
 from .knowledge.targets import texture_target
 
 
@@ -178,6 +180,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
                 ) from err
             return tvm.transform.Sequential([
                 relax.transform.Normalize(),
+                PadWholeTexels(),
                 FoldConstantsIfAny,
                 LegalizeKeepingAttrs(),
             ])(mod)

@@ -103,8 +103,19 @@ def _is_data_pad(sch: s_tir.Schedule, block) -> bool:
 
 
 def _writes_one_like(sch: s_tir.Schedule, block, shape) -> bool:
+    """Whether ``block`` writes one buffer of ``shape``, or of ``shape`` with
+    fewer blocks of texels (a pool's output a channel pad reads): either way
+    one texel of it per output texel, at most."""
     writes = sch.get(block).writes
-    return len(writes) == 1 and tvm_ffi.structural_equal(writes[0].source.ty.shape, shape)
+    if len(writes) != 1:
+        return False
+    written = writes[0].source.ty.shape
+    if tvm_ffi.structural_equal(written, shape):
+        return True
+    dims, out = static_dims(written), static_dims(shape)
+    return (dims is not None and out is not None and len(dims) == len(out)
+            and dims[-1] == out[-1] == TEXEL_LANES
+            and all(d <= o for d, o in zip(dims, out)))
 
 
 class TexelWriter(dlight.ScheduleRule):
@@ -164,8 +175,16 @@ class TexelWriter(dlight.ScheduleRule):
         for producer in others:
             sch.set_scope(producer, 0, "local")
             sch.compute_at(producer, thread_x)
-        for block in (compute, *others):
-            TexelWriter._vectorize_lanes(sch, block, thread_x)
+        TexelWriter._vectorize_lanes(sch, compute, thread_x)
+        for producer in others:
+            # compute_at guards a producer with fewer texel blocks than the
+            # output (a pool a channel pad reads) by its extent; TVM will
+            # not vectorize a guarded reduction: its lanes stay scalars, in
+            # registers.
+            try:
+                TexelWriter._vectorize_lanes(sch, producer, thread_x)
+            except s_tir.ScheduleError:
+                pass
         return sch
 
     @staticmethod
