@@ -49,3 +49,23 @@ def test_a_pooled_residuals_pad_fuses_with_the_pool_and_computes_the_cpu_numbers
     assert result.report.build["copies_left"] == 0
     pools = [name for name in kernel_bodies(result.opencl_source) if "pool" in name]
     assert len(pools) == 1 and "pad" in pools[0]
+
+
+def test_a_module_without_pads_is_only_normalized(monkeypatch):
+    """dpl's matcher is not run on a function with no pad; the module is
+    the one the pass made when it was."""
+    from texscope.ir import rebuild  # pylint: disable=import-outside-toplevel
+
+    mod = texel_pads.ResidualPadOnPacked
+    expected = PadWholeTexels()(mod)
+
+    def refuse(*_args):
+        raise AssertionError("dpl ran on a function without a pad")
+
+    no_pad = texel_pads.NoPad
+    monkeypatch.setattr(rebuild, "rewrite_call", refuse)
+    tvm.ir.assert_structural_equal(PadWholeTexels()(no_pad), relax.transform.Normalize()(no_pad))
+    with pytest.raises(AssertionError, match="dpl ran"):
+        PadWholeTexels()(mod)
+    monkeypatch.undo()
+    tvm.ir.assert_structural_equal(PadWholeTexels()(mod), expected)

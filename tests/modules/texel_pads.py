@@ -62,3 +62,13 @@ class PooledResidualPad:
             gv = R.nn.conv2d(c, w3)
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class NoPad:
+    @R.function
+    def main(x: R.Tensor((1, 6, 8, 8, 4), "float32")) -> R.Tensor((1, 6, 8, 8, 4), "float32"):
+        with R.dataflow():
+            y = R.add(x, x)
+            R.output(y)
+        return y

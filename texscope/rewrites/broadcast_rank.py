@@ -47,12 +47,18 @@ def ExpandBroadcastRank() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-n
     for name in rest:
         pattern |= is_op(name)(wildcard(), wildcard())
 
+    ops = [tvm.ir.Op.get(name) for name in registry.BROADCAST_BINARY_OPS]
+
     def rewrite(expr: relax.Expr, matches) -> relax.Expr:
         expanded = _expanded(matches[pattern])
         return expr if expanded is None else expanded
 
+    def needed(value: relax.Expr) -> bool:
+        return (isinstance(value, relax.Call) and any(value.op.same_as(op) for op in ops)
+                and len(value.args) == 2 and _expanded(value) is not None)
+
     @tvm.transform.module_pass(opt_level=0, name="texscope.ExpandBroadcastRank")
     def expand(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(mod, [(pattern, rewrite)])
+        return rewrite_functions(mod, [(pattern, rewrite)], needed)
 
     return expand

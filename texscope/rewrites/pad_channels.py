@@ -112,8 +112,9 @@ def PadChannels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.PadChannels")
     def pad(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        rewrites = []
+        rewrites, specs = [], {}
         for op, spec in registry.channel_paddings().items():
+            specs[tvm.ir.Op.get(op)] = spec
             pattern = is_op(op)(wildcard(), wildcard())
 
             def rewrite(expr, matches, pattern=pattern, spec=spec):
@@ -122,6 +123,11 @@ def PadChannels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
                 return expr if padded is None else padded
 
             rewrites.append((pattern, rewrite))
-        return rewrite_functions(mod, rewrites) if rewrites else mod
+
+        def needed(value):
+            spec = specs.get(value.op) if isinstance(value, relax.Call) else None
+            return spec is not None and _padded(value, spec) is not None
+
+        return rewrite_functions(mod, rewrites, needed) if rewrites else mod
 
     return pad

@@ -26,6 +26,7 @@ from ..ir.graph import static_shape
 from ..ir.rebuild import rewrite_functions
 from ..knowledge.targets import TEXEL_LANES
 
+_PAD_OP = tvm.ir.Op.get("relax.nn.pad")
 _UNPACK = is_op("relax.layout_transform")(wildcard())
 _PAD = is_op("relax.nn.pad")(_UNPACK)
 _PACK = is_op("relax.layout_transform")(_PAD)
@@ -89,6 +90,10 @@ def _packed_pad(pack_call: relax.Call, pad_call: relax.Call, unpack_call: relax.
     return result if expected == tuple(out_shape) else None
 
 
+def _is_pad(value: relax.Expr) -> bool:
+    return isinstance(value, relax.Call) and value.op.same_as(_PAD_OP)
+
+
 def PadWholeTexels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """Channel pads of whole texels between an unpack and a pack, done on the
     packed tensor (see the module docstring)."""
@@ -99,6 +104,6 @@ def PadWholeTexels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.PadWholeTexels")
     def pad(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(mod, [(_PACK, rewrite)])
+        return rewrite_functions(mod, [(_PACK, rewrite)], needed=_is_pad)
 
     return pad
