@@ -32,13 +32,13 @@ import tvm
 import tvm_ffi
 from tvm import relax
 from tvm import s_tir
-from tvm.s_tir.backend.adreno import pipeline as adreno_tir
 from tvm.tirx import compilation_pipeline
 
 from ..cleanup import FoldTextureCopies
 from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from .heap import keep_freed_memory
+from .lowering import adreno_tir_pipeline
 from .parallel import build_jobs, jobs_limit, per_chunk
 from .memory import MemoryCapture, device_memory
 from ..frontend.naming import ConvertKeepingNames
@@ -84,12 +84,13 @@ def RetypeTextureStore(func, _mod, _ctx):  # pylint: disable=invalid-name
 def _adreno_tir_triple():
     # TextureFlatten runs first here so the stores can be retyped before
     # vectorization; the Adreno pipeline's own TextureFlatten then finds none.
+    # The pipeline is TVM's Adreno one but for buffer compaction (lowering.py).
     # Every pass of it lowers one function alone: the parts go to threads.
     return (
         per_chunk(tvm.transform.Sequential([
             s_tir.backend.adreno.transform.TextureFlatten(),
             RetypeTextureStore,
-            adreno_tir.default_tir_pipeline(),
+            adreno_tir_pipeline,
         ]), name="texscope.LowerKernels"),
         compilation_pipeline.finalize_host_passes,
         compilation_pipeline.finalize_device_passes,

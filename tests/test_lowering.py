@@ -1,0 +1,111 @@
+"""texscope's TIR lowering: TVM's Adreno pipeline, buffers compacted unguarded."""
+
+import pytest
+import tvm
+from tvm.s_tir.backend.adreno import pipeline as tvm_adreno
+
+import texscope
+from texscope.backend import lowering
+from texscope.frontend.tflite_model import load_tflite
+from texscope.models import zoo
+from test_real_models import IMPORTABLE
+
+_TVMS = "s_tir.CompactBufferAllocation"
+
+
+@tvm.instrument.pass_instrument
+class _PassNames:
+    """The names of the passes run at one nesting depth."""
+
+    def __init__(self, depth: int):
+        self.depth, self.level, self.names = depth, 0, []
+
+    def run_before_pass(self, _mod, info):
+        if self.level == self.depth:
+            self.names.append(info.name)
+        self.level += 1
+
+    def run_after_pass(self, _mod, _info):
+        self.level -= 1
+
+
+def _names(pipeline, depth, mod, **config):
+    names = _PassNames(depth)
+    with tvm.transform.PassContext(instruments=[names], config=config):
+        pipeline(mod)
+    return names.names
+
+
+@pytest.mark.parametrize("config", [{}, {"tirx.disable_storage_rewrite": True,
+                                         "tirx.disable_cse_tir": True}])
+def test_the_pipeline_is_tvms_adreno_one_but_for_compaction(config):
+    before_lowering = _BeforeLowering()
+    with tvm.transform.PassContext(instruments=[before_lowering]):
+        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
+    theirs = _names(tvm_adreno.default_tir_pipeline(), 2, before_lowering.module, **config)
+    ours = _names(lowering.adreno_tir_pipeline, 2, before_lowering.module, **config)
+    assert _TVMS in theirs
+    assert ours == ["texscope.CompactUnguarded" if n == _TVMS else n for n in theirs]
+
+
+@tvm.instrument.pass_instrument
+class _BeforeLowering:
+    def __init__(self):
+        self.module = None
+
+    def run_before_pass(self, mod, info):
+        if info.name == "texscope.AdrenoTIRPipeline" and self.module is None:
+            self.module = mod
+
+
+@tvm.instrument.pass_instrument
+class _BeforeCompaction:
+    def __init__(self):
+        self.modules = []
+
+    def run_before_pass(self, mod, info):
+        if info.name == "texscope.CompactUnguarded":
+            self.modules.append(mod)
+
+
+def _kernels_before_compaction(mod):
+    capture = _BeforeCompaction()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(mod, "adreno-opencl", jobs=1)
+    return [(gvar, func) for part in capture.modules for gvar, func in part.functions.items()
+            if isinstance(func, tvm.tirx.PrimFunc)]
+
+
+def _assert_compacted_as_tvm_does(mod):
+    kernels = _kernels_before_compaction(mod)
+    unguarded = 0
+    for gvar, func in kernels:
+        theirs = tvm.s_tir.transform.CompactBufferAllocation()(tvm.IRModule({gvar: func}))[gvar]
+        tvm.ir.assert_structural_equal(lowering._compacted(func), theirs)
+        unguarded += lowering._allocated_scopes(func) <= {"local", "global"} \
+            and lowering._predicates_set_aside(func)[1] != {}
+    assert unguarded
+
+
+@pytest.mark.parametrize("name", sorted(zoo.NETWORKS))
+def test_buffers_are_compacted_as_tvm_compacts_them(name):
+    _assert_compacted_as_tvm_does(zoo.NETWORKS[name]())
+
+
+@pytest.mark.real_models
+@pytest.mark.parametrize("name", IMPORTABLE)
+def test_a_real_models_buffers_are_compacted_as_tvm_compacts_them(mediapipe, name):
+    _assert_compacted_as_tvm_does(load_tflite(mediapipe[name]))
+
+
+def test_a_kernel_sharing_memory_keeps_tvms_compaction(monkeypatch):
+    kernels = _kernels_before_compaction(zoo.NETWORKS["inception"]())
+    shared = [func for _, func in kernels if "shared" in lowering._allocated_scopes(func)]
+    assert shared
+
+    def refuse(_func):
+        raise AssertionError("predicates set aside in a kernel with shared memory")
+
+    monkeypatch.setattr(lowering, "_predicates_set_aside", refuse)
+    for func in shared:
+        lowering._compacted(func)

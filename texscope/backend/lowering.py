@@ -1,0 +1,180 @@
+"""TVM's Adreno TIR lowering, with kernel buffers compacted unguarded.
+
+The passes are those of TVM 0.27's Adreno pipeline
+(``tvm.s_tir.backend.adreno.pipeline``), in its order and under the same
+``PassContext`` options, but one: ``CompactBufferAllocation`` is
+:data:`CompactUnguarded` here.
+
+TVM's pass narrows each buffer's accessed region by the predicates of the
+blocks accessing it (the guards of non-dividing splits).  On a scheduled conv
+that analysis is most of the pass: 2 to 10 ms a kernel, about as long as
+scheduling it.  A kernel allocating registers (``local``) and global scratch
+only (a conv's padded input) is compacted here with its predicates set aside
+and put back after.  Without them a region can only be wider, so a buffer
+never comes out too small; on every kernel of the zoo and of the MediaPipe
+models it comes out the size TVM makes it (a test compares them).  Kernels
+with shared memory, where a guard on the threads may bound what a block
+shares, keep TVM's pass.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+
+_COMPACT = s_tir.transform.CompactBufferAllocation()
+
+
+def _allocated_scopes(func: tirx.PrimFunc) -> set[str]:
+    scopes = set()
+
+    def on_block(block, visitor):
+        scopes.update(buffer.scope() for buffer in block.alloc_buffers)
+        return visitor.visit(block.body)
+
+    def pruned(_value, _visitor):
+        return None
+
+    tvm_ffi.structural_visit(func.body, [
+        (s_tir.stmt.SBlock, on_block),
+        ((tvm.ir.Expr, tirx.BufferStore, tirx.Evaluate), pruned),
+    ])
+    return scopes
+
+
+def _predicates_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict] | None:
+    """``func`` with every block predicate ``True``, and the predicates by
+    block name; None where two guarded blocks share a name."""
+    predicates: dict = {}
+    clash = []
+
+    def unguard(realize):
+        if isinstance(realize.predicate, tirx.IntImm) and int(realize.predicate) == 1:
+            return realize
+        name = realize.block.name_hint
+        if name in predicates:
+            clash.append(name)
+        predicates[name] = realize.predicate
+        return s_tir.SBlockRealize(realize.iter_values, tirx.const(True, "bool"), realize.block)
+
+    stripped = tvm_ffi.structural_map(func, (s_tir.SBlockRealize, unguard))
+    return None if clash else (stripped, predicates)
+
+
+def _predicates_restored(func: tirx.PrimFunc, predicates: dict) -> tirx.PrimFunc:
+    def guard(realize):
+        predicate = predicates.get(realize.block.name_hint)
+        if predicate is None:
+            return realize
+        return s_tir.SBlockRealize(realize.iter_values, predicate, realize.block)
+
+    return tvm_ffi.structural_map(func, (s_tir.SBlockRealize, guard))
+
+
+def _compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    if _allocated_scopes(func) - {"local", "global"}:
+        return _COMPACT(tvm.IRModule({"main": func}))["main"]
+    unguarded = _predicates_set_aside(func)
+    if unguarded is None:
+        return _COMPACT(tvm.IRModule({"main": func}))["main"]
+    stripped, predicates = unguarded
+    compacted = _COMPACT(tvm.IRModule({"main": stripped}))["main"]
+    return _predicates_restored(compacted, predicates)
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.CompactUnguarded")
+def CompactUnguarded(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
+    """``CompactBufferAllocation``, kernels without shared memory compacted
+    without their block predicates (see the module docstring)."""
+    functions = {gvar: _compacted(func) if isinstance(func, tirx.PrimFunc) else func
+                 for gvar, func in mod.functions.items()}
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _option(name: str) -> bool:
+    return bool(tvm.transform.PassContext.current().config.get(name, False))
+
+
+def adreno_tir_passes() -> list:
+    """TVM's Adreno TIR pipeline as a list, under the current PassContext's
+    options, :data:`CompactUnguarded` in place of
+    ``CompactBufferAllocation``."""
+    passes = [
+        s_tir.backend.adreno.transform.TextureFlatten(),
+        s_tir.transform.CanonicalizeLoop(),
+        s_tir.transform.LowerCrossThreadReduction(),
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.LiftThreadBinding(),
+        s_tir.transform.ManifestSharedMemoryLocalStage(),
+        CompactUnguarded,
+        s_tir.transform.LowerAutoCopy(),
+        s_tir.transform.UnifyThreadBinding(),
+        s_tir.transform.LowerMatchBuffer(),
+        s_tir.transform.StmtSimplify(),
+        s_tir.transform.InjectPermutedLayout(),
+        s_tir.transform.AnnotateIrregularLoop(),
+        s_tir.transform.InjectSoftwarePipeline(),
+        s_tir.transform.TransformMmaBufferLayout(),
+        s_tir.transform.LowerOpaqueBlock(),
+        s_tir.backend.adreno.transform.InjectTextureAlloc(),
+        tirx.transform.FlattenBuffer(),
+        tirx.transform.BF16ComputeLegalize(),
+        tirx.transform.NarrowDataType(32),
+        s_tir.transform.LoopPartition(),
+        tirx.transform.VectorizeLoop(not _option("tirx.disable_vectorize")),
+        s_tir.transform.InjectVirtualThread(),
+        s_tir.transform.InjectDoubleBuffer(),
+    ]
+    if not _option("tirx.disable_storage_rewrite"):
+        passes.append(tirx.transform.StorageRewrite())
+    if _option("tirx.use_async_copy"):
+        passes.append(s_tir.transform.LowerAsyncDMA())
+    passes += [
+        s_tir.transform.HoistIfThenElse(),
+        tirx.transform.UnrollLoop(),
+        s_tir.transform.RenormalizeSplitPattern(),
+        tirx.transform.StmtSimplify(),
+        tirx.transform.RemoveNoOp(),
+        s_tir.transform.RewriteUnsafeSelect(),
+    ]
+    if _option("tirx.instrument_bound_checkers"):
+        passes.append(s_tir.transform.InstrumentBoundCheckers())
+    if _option("tirx.s_tir.ldg32"):
+        passes.append(s_tir.transform.InjectPTXLDG32(True))
+    if not _option("tirx.disable_cse_tir"):
+        passes.append(tirx.transform.CommonSubexprElim())
+    if _option("tirx.instrument_lwp"):
+        passes.append(s_tir.transform.InstrumentProfileIntrinsics())
+    passes += [
+        tirx.transform.FP8ComputeLegalize(),
+        s_tir.transform.VerifyVTCMLimit(),
+        s_tir.transform.LowerVtcmAlloc(),
+        tirx.transform.VerifyMemory(),
+        tirx.transform.AnnotateEntryFunc(),
+        s_tir.transform.ThreadSync("shared"),
+        s_tir.transform.ThreadSync("shared.dyn"),
+        s_tir.transform.ThreadSync("warp"),
+        s_tir.transform.InferFragment(),
+        s_tir.transform.LowerThreadAllreduce(),
+    ]
+    if _option("tirx.use_async_copy"):
+        passes.append(s_tir.transform.InjectPTXAsyncCopy())
+    if _option("tirx.s_tir.ldg32"):
+        passes.append(s_tir.transform.InjectPTXLDG32())
+    passes += [
+        s_tir.transform.MergeSharedMemoryAllocations(),
+        tirx.transform.SplitHostDevice(),
+        tirx.transform.MakePackedAPI(),
+        tirx.transform.FP8StorageLegalize(),
+        tirx.transform.BF16StorageLegalize(),
+    ]
+    return passes
+
+
+@tvm.transform.module_pass(opt_level=0, name="texscope.AdrenoTIRPipeline")
+def adreno_tir_pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """:func:`adreno_tir_passes`, run in order."""
+    return tvm.transform.Sequential(adreno_tir_passes())(mod)
