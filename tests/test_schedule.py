@@ -257,3 +257,27 @@ def test_reduction_rules_see_only_kernels_that_reduce():
             tvm.ir.assert_structural_equal(ours.mod, theirs.mod)
     assert 0 < spatial < len(kernels)
     assert len(asked) == len(kernels) - spatial
+
+
+@pytest.mark.parametrize("mod", [zoo.NETWORKS["resnet"], lambda: texel_cases.PoolsBetweenConvs,
+                                 lambda: texel_cases.RGBStem])
+def test_the_texel_writer_guards_its_thread_split_as_split_does(mod, monkeypatch):
+    """Split unguarded and the guard appended is the schedule a guarded
+    split makes, without split's simplification under the guard."""
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(mod(), "adreno-opencl")
+    target = texscope.texture_target("adreno-opencl").target
+    kernels = [f for f in capture.module.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    with target:
+        ours = [TexelWriter().apply(f, target, False) for f in kernels]
+        guards = []
+        real = schedule.split_unguarded
+        monkeypatch.setattr(schedule, "split_unguarded", lambda sch, loop, factors: (
+            guards.append(real(sch.copy(), loop, factors)[1]) or sch.split(loop, factors), None))
+        theirs = [TexelWriter().apply(f, target, False) for f in kernels]
+    taken = [(a, b) for a, b in zip(ours, theirs) if a is not None]
+    assert taken and len(taken) == sum(b is not None for b in theirs)
+    assert any(g is not None for g in guards)
+    for a, b in taken:
+        tvm.ir.assert_structural_equal(a.mod, b.mod)

@@ -30,7 +30,7 @@ CONV_BLOCK = "conv2d_NCHWc"
 sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
 
 
-def _split_unguarded(sch: s_tir.Schedule, loop, factors: list):
+def split_unguarded(sch: s_tir.Schedule, loop, factors: list):
     """``sch.split(loop, factors)`` without its guard; returns the new loops
     and the guard ``split`` would have appended (None where the factors
     divide the extent, where ``split`` appends none)."""
@@ -52,7 +52,7 @@ def _substituted(expr, var, value):
     return tvm_ffi.structural_map(expr, (tirx.Var, lambda v: value if v.same_as(var) else v))
 
 
-def _append_guards(sch: s_tir.Schedule, block, guards: list) -> None:
+def append_guards(sch: s_tir.Schedule, block, guards: list) -> None:
     """Append ``guards`` to ``block``'s predicate, in order, as each split
     would have; the block must be its innermost loop's body."""
     realize = sblock_realize(sch, block)
@@ -76,9 +76,9 @@ def schedule_conv_block(sch: s_tir.Schedule, block) -> None:
     virtual threads, rows and columns over 16 x 16 threads, input channels by
     texels, the input texel and the accumulators in registers."""
     n, oc, oh, ow, ob, ic, kh, kw = sch.get_loops(block)
-    (bz, vz, tz), channels = _split_unguarded(sch, oc, [None, 8, 1])
-    (by, vy, ty), rows = _split_unguarded(sch, oh, [None, 1, 16])
-    (bx, vx, tx), columns = _split_unguarded(sch, ow, [None, 1, 16])
+    (bz, vz, tz), channels = split_unguarded(sch, oc, [None, 8, 1])
+    (by, vy, ty), rows = split_unguarded(sch, oh, [None, 1, 16])
+    (bx, vx, tx), columns = split_unguarded(sch, ow, [None, 1, 16])
     channel_block, blocks_of_channels = sch.get(bz).loop_var, sch.get(bz).extent
     bz = sch.fuse(n, bz, preserve_unit_iters=True)
     if channels is not None:  # fuse rewrote the channel block as this
@@ -88,11 +88,11 @@ def schedule_conv_block(sch: s_tir.Schedule, block) -> None:
     for loop, thread in zip((bz, by, bx, vz, vy, vx, tz, ty, tx), _THREADS):
         sch.bind(loop, thread)
     read = sch.cache_read(block, 0, "local")
-    (ico, icb), texels = _split_unguarded(sch, ic, [None, 4])
+    (ico, icb), texels = split_unguarded(sch, ic, [None, 4])
     sch.reorder(ico, kh, kw, icb, ob)
     guards = [g for g in (channels, rows, columns, texels) if g is not None]
     if guards:
-        _append_guards(sch, block, guards)
+        append_guards(sch, block, guards)
     sch.compute_at(read, kw, preserve_unit_loops=True)
     sch.vectorize(sch.get_loops(read)[-1])
     write = sch.cache_write(block, 0, "local")
