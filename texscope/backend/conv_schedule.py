@@ -59,7 +59,7 @@ def append_guards(sch: s_tir.Schedule, block, guards: list) -> None:
     loop_rv = sch.get_loops(block)[-1]
     loop = sch.get(loop_rv)
     if not loop.body.same_as(realize):
-        raise s_tir.ScheduleError("the conv block is not its innermost loop's body")
+        raise s_tir.ScheduleError("the block is not its innermost loop's body")
     guarded = s_tir.SBlockRealize(realize.iter_values, tirx.all(realize.predicate, *guards),
                                   realize.block)
     sch.state.replace(sch.get_sref(loop_rv), tirx.For(
