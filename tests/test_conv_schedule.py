@@ -32,7 +32,7 @@ def _tvms_schedule(func):
     sch = s_tir.Schedule(func)
     for block in sch.get_child_blocks(sch.get_sblock("root")):
         if (schedule._is_spatial(sch, block) and not schedule._writes_any(sch, block, func.params)
-                and not schedule._is_data_pad(sch, block)):
+                and not schedule._pads_conv_input(sch, block)):
             try:
                 sch.compute_inline(block)
             except s_tir.ScheduleError:
@@ -104,3 +104,13 @@ def test_no_split_of_the_conv_schedule_guards_the_blocks_itself(monkeypatch):
             EpilogueConv2d().apply(func, ADRENO, False)
     # Four per conv; the others are the default schedule's, of the data pads.
     assert kernels and calls.count(True) == 4 * len(kernels)
+
+
+def test_a_conv_whose_epilogue_reads_its_input_caches_only_the_convs_reads():
+    # TVM's rule sends every reader of the input through the register cache
+    # and then fails to compute it at the conv's loop.
+    from test_opencl_run import assert_close, run_and_compare  # pylint: disable=import-outside-toplevel
+
+    result, run, expected = run_and_compare(texel_cases.OneByOneResidual)
+    assert_close(run, expected)
+    assert result.report.build["convs_reading_texture"] == 2

@@ -69,3 +69,14 @@ def test_a_module_without_pads_is_only_normalized(monkeypatch):
         PadWholeTexels()(mod)
     monkeypatch.undo()
     tvm.ir.assert_structural_equal(PadWholeTexels()(mod), expected)
+
+
+def test_a_residual_pad_in_a_convs_epilogue_is_inlined_and_computes_the_cpu_numbers():
+    mod = texel_pads.ConvResidualPad
+    result = texscope.build(mod, opencl.device_target())
+    inputs = verify.random_inputs(mod, 0)
+    assert_close(opencl.run(result, inputs), verify.reference_outputs(mod, inputs))
+    kernels = list(kernel_bodies(result.opencl_source))
+    (fused,) = [name for name in kernels if "pad" in name and "conv2d" in name]
+    # One kernel: a pad left to the default schedule was two more.
+    assert not [name for name in kernels if name.startswith(fused[:-len("kernel")]) and name != fused]

@@ -1,5 +1,5 @@
 """Kernels that write one texture: pools between convs, a channel-padded
-stem, and layout transforms to legalize."""
+stem, layout transforms to legalize, a conv whose epilogue reads its input."""
 
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -240,3 +240,19 @@ def half_unpack(packed: T.Buffer((T.int64(1), T.int64(168), T.int64(4)), "float1
             T.reads(packed[v_i0, v_i1 // T.int64(4), v_i1 % T.int64(4)])
             T.writes(flat[v_i0, v_i1])
             flat[v_i0, v_i1] = packed[v_i0, v_i1 // T.int64(4), v_i1 % T.int64(4)]
+
+
+@I.ir_module
+class OneByOneResidual:
+    """A 1x1 conv's input added to its output: the fused kernel reads that
+    input in the conv and in the epilogue."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w0: R.Tensor((8, 8, 1, 1), "float32"),
+             w1: R.Tensor((8, 8, 1, 1), "float32")):
+        with R.dataflow():
+            h = R.nn.conv2d(x, w0)
+            a = R.nn.conv2d(h, w1)
+            gv = R.nn.relu(R.add(a, h))
+            R.output(gv)
+        return gv

@@ -72,3 +72,23 @@ class NoPad:
             y = R.add(x, x)
             R.output(y)
         return y
+
+
+@I.ir_module
+class ConvResidualPad:
+    """BlazeFace's residual: 24 channels padded to 28 and added to a conv's
+    output.  The packed pad fuses into the conv's epilogue (1x1 convs: a
+    padded conv's own data pad is a kernel of its own in TVM's schedule)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 24, 16, 16), "float32"), w0: R.Tensor((24, 24, 1, 1), "float32"),
+             w1: R.Tensor((28, 24, 1, 1), "float32"), w2: R.Tensor((28, 28, 1, 1), "float32")):
+        with R.dataflow():
+            h = R.nn.conv2d(x, w0)
+            a = R.nn.conv2d(h, w1)
+            padded = R.nn.pad(h, pad_width=[0, 0, 0, 4, 0, 0, 0, 0], pad_value=0.0,
+                              pad_mode="constant")
+            b = R.nn.relu(R.add(a, padded))
+            gv = R.nn.conv2d(b, w2)
+            R.output(gv)
+        return gv

@@ -87,7 +87,10 @@ def schedule_conv_block(sch: s_tir.Schedule, block) -> None:
     sch.reorder(bz, by, bx, vz, vy, vx, tz, ty, tx, ob)
     for loop, thread in zip((bz, by, bx, vz, vy, vx, tz, ty, tx), _THREADS):
         sch.bind(loop, thread)
-    read = sch.cache_read(block, 0, "local")
+    # The conv's reads only: an epilogue reading the conv's input too (a
+    # residual of a 1x1 conv) would otherwise read the register cache,
+    # outside the loop it is computed at (TVM's rule fails there).
+    read = sch.cache_read(block, 0, "local", consumer_blocks=[block])
     (ico, icb), texels = split_unguarded(sch, ic, [None, 4])
     sch.reorder(ico, kh, kw, icb, ob)
     guards = [g for g in (channels, rows, columns, texels) if g is not None]

@@ -220,6 +220,15 @@ class TexelWriter(dlight.ScheduleRule):
         sch.vectorize(lane)
 
 
+def _pads_conv_input(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block`` is a data pad a conv reads: the Adreno rule
+    schedules that one with the conv.  A pad in the epilogue (a residual's
+    channels padded to the conv's, texscope.PadWholeTexels) is inlined like
+    any element-wise block; left alone, it was two kernels more."""
+    return _is_data_pad(sch, block) and any(
+        CONV_BLOCK in sch.get(consumer).name_hint for consumer in sch.get_consumers(block))
+
+
 class EpilogueConv2d(dlight.ScheduleRule):
     """TVM's Adreno Conv2d rule (as :mod:`texscope.backend.conv_schedule`
     writes it), after inlining every element-wise block
@@ -252,7 +261,7 @@ class EpilogueConv2d(dlight.ScheduleRule):
         for block in blocks:
             if (_is_spatial(sch, block)
                     and not _writes_any(sch, block, func.params)
-                    and not _is_data_pad(sch, block)):
+                    and not _pads_conv_input(sch, block)):
                 try:
                     sch.compute_inline(block)
                 except s_tir.ScheduleError:
