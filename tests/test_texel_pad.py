@@ -51,26 +51,6 @@ def test_a_pooled_residuals_pad_fuses_with_the_pool_and_computes_the_cpu_numbers
     assert len(pools) == 1 and "pad" in pools[0]
 
 
-def test_a_module_without_pads_is_only_normalized(monkeypatch):
-    """dpl's matcher is not run on a function with no pad; the module is
-    the one the pass made when it was."""
-    from texscope.ir import rebuild  # pylint: disable=import-outside-toplevel
-
-    mod = texel_pads.ResidualPadOnPacked
-    expected = PadWholeTexels()(mod)
-
-    def refuse(*_args):
-        raise AssertionError("dpl ran on a function without a pad")
-
-    no_pad = texel_pads.NoPad
-    monkeypatch.setattr(rebuild, "rewrite_call", refuse)
-    tvm.ir.assert_structural_equal(PadWholeTexels()(no_pad), relax.transform.Normalize()(no_pad))
-    with pytest.raises(AssertionError, match="dpl ran"):
-        PadWholeTexels()(mod)
-    monkeypatch.undo()
-    tvm.ir.assert_structural_equal(PadWholeTexels()(mod), expected)
-
-
 def test_a_residual_pad_in_a_convs_epilogue_is_inlined_and_computes_the_cpu_numbers():
     mod = texel_pads.ConvResidualPad
     result = texscope.build(mod, opencl.device_target())

@@ -3,9 +3,11 @@ convs of any layout, channel count and groups pack."""
 
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
 
 import texscope
@@ -13,6 +15,7 @@ from texscope import opencl
 from texscope.diagnostics import verify
 from texscope.cli import load_model
 from texscope.errors import TexscopeError
+from texscope.ir.graph import relax_bindings
 from texscope.rewrites.broadcast_rank import ExpandBroadcastRank
 from texscope.opencl.source import kernel_signatures
 from texscope.frontend.tflite_model import _rewrite_flattened_prelu, load_tflite
@@ -55,6 +58,16 @@ def test_a_model_the_frontend_cannot_read_is_an_error_naming_the_operator(mediap
     with pytest.raises(TexscopeError, match=f"^{mediapipe[name]}: TVM's TFLite frontend "
                        + UNIMPORTABLE[name]):
         load_tflite(mediapipe[name])
+
+
+def test_a_weight_that_operators_share_is_converted_once(mediapipe):
+    """face_landmark's operators share weight tensors and the frontend emits
+    the weight's astype once per use (17 more bindings): no two bindings of
+    the loaded model compute the same call."""
+    mod = load_tflite(mediapipe["face_landmark"])
+    calls = [b.value for _, b in relax_bindings(mod) if isinstance(b.value, relax.Call)]
+    repeated = Counter(tvm_ffi.structural_hash(call) for call in calls)
+    assert len(calls) == 352 and max(repeated.values()) == 1
 
 
 def test_the_command_prints_one_line_and_writes_nothing(mediapipe, tmp_path):

@@ -65,16 +65,6 @@ class PooledResidualPad:
 
 
 @I.ir_module
-class NoPad:
-    @R.function
-    def main(x: R.Tensor((1, 6, 8, 8, 4), "float32")) -> R.Tensor((1, 6, 8, 8, 4), "float32"):
-        with R.dataflow():
-            y = R.add(x, x)
-            R.output(y)
-        return y
-
-
-@I.ir_module
 class ConvResidualPad:
     """BlazeFace's residual: 24 channels padded to 28 and added to a conv's
     output.  The packed pad fuses into the conv's epilogue (1x1 convs: a

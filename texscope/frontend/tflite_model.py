@@ -20,7 +20,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import TexscopeError
-from ..ir.rebuild import rewrite_functions
+from ..ir.rebuild import bound_call, rewrite_bindings
 
 # A TFLite flatbuffer carries this file identifier at bytes 4..8.
 _IDENTIFIER = b"TFL3"
@@ -131,7 +131,9 @@ def load_tflite(path) -> tvm.IRModule:
                     "DENSIFY at run time: the operator's input is not stored dense)")
         raise TexscopeError(f"{file}: TVM's TFLite frontend failed on {where}: "
                             f"{type(err).__name__}: {err}{note}") from err
-    return _rewrite_flattened_prelu()(mod)
+    # Operators sharing a weight tensor each get the frontend's conversion of
+    # it (an astype per use, face_landmark: 17): one computes it for all.
+    return relax.transform.EliminateCommonSubexpr()(_rewrite_flattened_prelu()(mod))
 
 
 def _rewrite_flattened_prelu() -> tvm.ir.transform.Pass:
@@ -141,26 +143,29 @@ def _rewrite_flattened_prelu() -> tvm.ir.transform.Pass:
     its conv's output).  ``max(x, 0) + min(x, 0) * alpha``, alpha broadcast
     in the activation's own shape, is the same function (exactly: one of the
     two terms is zero) and packs."""
-    from tvm.relax.dpl import is_op, wildcard
+    reshape, broadcast_to, prelu_op = (tvm.ir.Op.get(f"relax.{name}")
+                                       for name in ("reshape", "broadcast_to", "nn.prelu"))
 
-    data, alpha = wildcard(), wildcard()
-    flat_data = is_op("relax.reshape")(data, wildcard())
-    flat_alpha = is_op("relax.reshape")(is_op("relax.broadcast_to")(alpha, wildcard()), wildcard())
-    prelu = is_op("relax.nn.prelu")(flat_data, flat_alpha)
-    pattern = is_op("relax.reshape")(prelu, wildcard())
-
-    def rewrite(expr, matches):
-        x, slopes = matches[data], matches[alpha]
-        if not (tvm_ffi.structural_equal(matches[pattern].ty, x.ty)
-                and int(matches[prelu].attrs.axis) == 0):
-            return expr
+    def rewrite(value, bound):
+        # reshape(prelu(reshape(x), reshape(broadcast_to(slopes))), shape of x)
+        unflat = bound_call(value, reshape, bound)
+        prelu = None if unflat is None else bound_call(unflat.args[0], prelu_op, bound)
+        if prelu is None or int(prelu.attrs.axis) != 0:
+            return None
+        flat_data = bound_call(prelu.args[0], reshape, bound)
+        flat_alpha = bound_call(prelu.args[1], reshape, bound)
+        spread = None if flat_alpha is None else bound_call(flat_alpha.args[0], broadcast_to, bound)
+        if flat_data is None or spread is None:
+            return None
+        x, slopes = flat_data.args[0], spread.args[0]
+        if not tvm_ffi.structural_equal(unflat.ty, x.ty):
+            return None
         zero = relax.const(0.0, x.ty.dtype)
         return relax.op.add(relax.op.maximum(x, zero),
                             relax.op.multiply(relax.op.minimum(x, zero), slopes))
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.RewriteFlattenedPrelu")
     def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return relax.transform.DeadCodeElimination()(
-            rewrite_functions(mod, [(pattern, rewrite)]))
+        return relax.transform.DeadCodeElimination()(rewrite_bindings(mod, rewrite))
 
     return run

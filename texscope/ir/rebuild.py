@@ -3,6 +3,9 @@
 Rewrites here change types (a VDevice added or removed), so every variable is
 recreated with the type its new value normalizes to, and later uses are
 substituted.  Works on the binding list of A-normal form directly.
+
+Rewrites that keep types (stage 1's operator rewrites) replace a binding's
+value in place: :func:`rewrite_bindings`.
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tvm
+import tvm_ffi
 from tvm import relax
-from tvm.relax.dpl import rewrite_call
 
+from ..errors import TexscopeError
 from .graph import Constant
 
 
@@ -124,24 +128,79 @@ def replace_functions(mod: tvm.IRModule, functions: dict, global_infos=None) -> 
     return tvm.IRModule(merged, attrs=mod.attrs, global_infos=infos)
 
 
-def rewrite_functions(mod: tvm.IRModule, rewrites, needed=None) -> tvm.IRModule:
-    """A new, normalized module whose Relax functions have every match of each
-    ``(pattern, callback)`` of ``rewrites`` rewritten, in order, as
-    ``tvm.relax.dpl.rewrite_call`` does (the callback gets the matched
-    expression and the matches, and returns the replacement or the expression).
+def rewrite_bindings(mod: tvm.IRModule, rewrite) -> tvm.IRModule:
+    """A new, normalized module whose Relax functions have the value of
+    each binding ``rewrite`` answers for replaced.
 
-    ``needed``, where given, tells from a binding's value whether some
-    rewrite may change it: a function with no such binding is only
-    normalized.  dpl's matcher takes tens of milliseconds on a model's
-    function even where nothing matches (a nested pattern, or one of a dozen
-    operators)."""
+    ``rewrite(value, bound)`` gets a binding's value and ``bound``, the
+    values of the variables bound before it in the function (to look
+    through a chain of calls), and returns the new value or None.  The new
+    value keeps the binding's variable, so it must have the same type; it
+    may nest calls (normalization binds them), and bindings no longer used
+    are removed.  TVM's pattern rewriter (``relax.dpl.rewrite_call``) does
+    the same, but matches every pattern at every expression, rewrites to a
+    fixed point and re-normalizes per match: on iris_landmark,
+    PadWholeTexels took 36 ms with it and 7 with this, ExpandBroadcastRank
+    33 and 12."""
     functions = {}
     for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function) and (needed is None or any(
-                needed(binding.value) for block in func.body.blocks
-                for binding in block.bindings)):
-            for pattern, callback in rewrites:
-                func = rewrite_call(pattern, callback, func)
+        if isinstance(func, relax.Function):
+            func = _with_rewritten_bindings(func, rewrite, gvar.name_hint)
         functions[gvar] = func
     return relax.transform.Normalize()(
         tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos))
+
+
+def bound_call(expr: relax.Expr, op: tvm.ir.Op, bound: dict) -> relax.Call | None:
+    """The call of ``op`` that ``expr`` is, or that the variable ``expr`` is
+    bound to in ``bound`` (as :func:`rewrite_bindings` hands it), else None."""
+    expr = bound.get(expr, expr)
+    return expr if isinstance(expr, relax.Call) and expr.op.same_as(op) else None
+
+
+def _in_normal_form(expr: relax.Expr, builder: relax.BlockBuilder, bindings: list,
+                    var_type: type) -> relax.Expr:
+    """``expr`` with its nested calls bound first, into ``bindings``, in the
+    order they are evaluated (arguments left to right)."""
+    def leaf(arg):
+        if isinstance(arg, relax.Tuple):
+            return relax.Tuple([leaf(field) for field in arg.fields])
+        if not isinstance(arg, relax.Call):
+            return arg
+        value = _in_normal_form(arg, builder, bindings, var_type)
+        var = var_type(builder.get_unique_name("lv"), value.ty)
+        bindings.append(relax.VarBinding(var, value))
+        return var
+
+    if isinstance(expr, relax.Call):
+        expr = relax.Call(expr.op, [leaf(arg) for arg in expr.args], expr.attrs, expr.ty_args)
+    return builder.normalize(expr)
+
+
+def _with_rewritten_bindings(func: relax.Function, rewrite, name: str) -> relax.Function:
+    builder = relax.BlockBuilder()
+    bound: dict = {}
+    blocks, changed = [], False
+    for block in func.body.blocks:
+        bindings = []
+        var_type = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
+        for binding in block.bindings:
+            if isinstance(binding, relax.VarBinding):
+                value = rewrite(binding.value, bound)
+                bound[binding.var] = binding.value
+                if value is not None:
+                    value = _in_normal_form(value, builder, bindings, var_type)
+                    if not tvm_ffi.structural_equal(value.ty, binding.var.ty):
+                        raise TexscopeError(
+                            f"function {name}, binding {binding.var.name}: a rewrite changed "
+                            f"its type from "
+                            f"{binding.var.ty} to {value.ty}")
+                    binding, changed = relax.VarBinding(binding.var, value), True
+            bindings.append(binding)
+        blocks.append(type(block)(bindings))
+    if not changed:
+        return func
+    body = relax.SeqExpr(blocks, func.body.body)
+    rewritten = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs,
+                               func.span)
+    return relax.analysis.remove_all_unused(rewritten)

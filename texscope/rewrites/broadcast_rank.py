@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
 
 from ..knowledge import registry
 from ..ir.graph import known_ndim, static_shape
-from ..ir.rebuild import rewrite_functions
+from ..ir.rebuild import rewrite_bindings
 
 
 def _lifted(operand, rank: int):
@@ -42,23 +41,16 @@ def _expanded(call: relax.Call) -> relax.Expr | None:
 def ExpandBroadcastRank() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """Reshape the lower-rank operand of the registry's broadcasting binary
     operators to the other's rank (see the module docstring)."""
-    first, *rest = registry.BROADCAST_BINARY_OPS
-    pattern = is_op(first)(wildcard(), wildcard())
-    for name in rest:
-        pattern |= is_op(name)(wildcard(), wildcard())
-
     ops = [tvm.ir.Op.get(name) for name in registry.BROADCAST_BINARY_OPS]
 
-    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
-        expanded = _expanded(matches[pattern])
-        return expr if expanded is None else expanded
-
-    def needed(value: relax.Expr) -> bool:
-        return (isinstance(value, relax.Call) and any(value.op.same_as(op) for op in ops)
-                and len(value.args) == 2 and _expanded(value) is not None)
+    def rewrite(value: relax.Expr, _bound) -> relax.Expr | None:
+        if (isinstance(value, relax.Call) and any(value.op.same_as(op) for op in ops)
+                and len(value.args) == 2):
+            return _expanded(value)
+        return None
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.ExpandBroadcastRank")
     def expand(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(mod, [(pattern, rewrite)], needed)
+        return rewrite_bindings(mod, rewrite)
 
     return expand

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
 
-from ..ir.rebuild import rewrite_functions
+from ..ir.rebuild import rewrite_bindings
+
+_CLIP = tvm.ir.Op.get("relax.clip")
 
 def _bound(arg) -> float | None:
     """A constant bound's value: an IntImm or FloatImm (as TVM 0.27 types
@@ -29,19 +30,19 @@ def _bound(arg) -> float | None:
 def ClipAsMaxMin() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """Rewrite ``clip(x, lo, hi)`` with constant bounds as
     ``minimum(maximum(x, lo), hi)`` (see the module docstring)."""
-    pattern = is_op("relax.clip")(wildcard(), wildcard(), wildcard())
 
-    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
-        call = matches[pattern]
+    def rewrite(call: relax.Expr, _values) -> relax.Expr | None:
+        if not (isinstance(call, relax.Call) and call.op.same_as(_CLIP)):
+            return None
         low, high = _bound(call.args[1]), _bound(call.args[2])
         dtype = getattr(call.args[0].ty, "dtype", None)
         if low is None or high is None or dtype is None:
-            return expr  # symbolic bounds: leave the clip
+            return None  # symbolic bounds: leave the clip
         raised = relax.op.maximum(call.args[0], relax.const(low, dtype))
         return relax.op.minimum(raised, relax.const(high, dtype))
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.ClipAsMaxMin")
     def clip_as_max_min(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(mod, [(pattern, rewrite)])
+        return rewrite_bindings(mod, rewrite)
 
     return clip_as_max_min

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
 
 from ..ir.graph import static_shape
-from ..ir.rebuild import rewrite_functions
+from ..ir.rebuild import rewrite_bindings
 
 
 def _to_layout(expr, source: str, target: str):
@@ -103,26 +102,25 @@ def _fma_as_multiply_add(call: relax.Call) -> relax.Expr:
     return relax.op.add(relax.op.multiply(a, b), c)
 
 
-_REWRITES = (
-    (is_op("relax.ewise_fma")(wildcard(), wildcard(), wildcard()), _fma_as_multiply_add),
-    (is_op("relax.nn.conv2d_transpose")(wildcard(), wildcard()), _transpose_as_conv),
-)
+_REWRITES = {
+    tvm.ir.Op.get("relax.ewise_fma"): _fma_as_multiply_add,
+    tvm.ir.Op.get("relax.nn.conv2d_transpose"): _transpose_as_conv,
+}
+
+
+def _decomposed(value: relax.Expr, _bound) -> relax.Expr | None:
+    if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+        return None
+    rewrite = _REWRITES.get(value.op)
+    return None if rewrite is None else rewrite(value)
 
 
 def DecomposeForGPU() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """Rewrite ``ewise_fma`` and static ``conv2d_transpose`` (see the
     module docstring); anything else is left as it is."""
 
-    def rewrite_with(pattern, rewrite):
-        def run(expr, matches):
-            rewritten = rewrite(matches[pattern])
-            return expr if rewritten is None else rewritten
-
-        return run
-
     @tvm.transform.module_pass(opt_level=0, name="texscope.DecomposeForGPU")
     def decompose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(
-            mod, [(pattern, rewrite_with(pattern, rewrite)) for pattern, rewrite in _REWRITES])
+        return rewrite_bindings(mod, _decomposed)
 
     return decompose

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
 
 from ..ir.graph import static_shape
-from ..ir.rebuild import rewrite_functions, with_attrs
+from ..ir.rebuild import rewrite_bindings, with_attrs
 from ..knowledge import registry
 from ..knowledge.registry import ChannelPadding
 from ..knowledge.targets import TEXEL_LANES
@@ -112,22 +111,12 @@ def PadChannels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
 
     @tvm.transform.module_pass(opt_level=0, name="texscope.PadChannels")
     def pad(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        rewrites, specs = [], {}
-        for op, spec in registry.channel_paddings().items():
-            specs[tvm.ir.Op.get(op)] = spec
-            pattern = is_op(op)(wildcard(), wildcard())
+        specs = {tvm.ir.Op.get(op): spec for op, spec in registry.channel_paddings().items()}
 
-            def rewrite(expr, matches, pattern=pattern, spec=spec):
-                # expr may be the variable the call is bound to; the match is the call.
-                padded = _padded(matches[pattern], spec)
-                return expr if padded is None else padded
-
-            rewrites.append((pattern, rewrite))
-
-        def needed(value):
+        def rewrite(value, _bound):
             spec = specs.get(value.op) if isinstance(value, relax.Call) else None
-            return spec is not None and _padded(value, spec) is not None
+            return None if spec is None or len(value.args) < 2 else _padded(value, spec)
 
-        return rewrite_functions(mod, rewrites, needed) if rewrites else mod
+        return rewrite_bindings(mod, rewrite) if specs else mod
 
     return pad

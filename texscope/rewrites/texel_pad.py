@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
 from tvm.sym import Analyzer
 
 from ..ir.graph import static_shape
-from ..ir.rebuild import rewrite_functions
+from ..ir.rebuild import bound_call, rewrite_bindings
 from ..knowledge.targets import TEXEL_LANES
 
 _PAD_OP = tvm.ir.Op.get("relax.nn.pad")
-_UNPACK = is_op("relax.layout_transform")(wildcard())
-_PAD = is_op("relax.nn.pad")(_UNPACK)
-_PACK = is_op("relax.layout_transform")(_PAD)
+_LAYOUT_TRANSFORM_OP = tvm.ir.Op.get("relax.layout_transform")
 
 
 def _block_axis(unpack: tvm.tirx.IndexMap, shape: tuple[int, ...], channel: int) -> int | None:
@@ -90,20 +87,21 @@ def _packed_pad(pack_call: relax.Call, pad_call: relax.Call, unpack_call: relax.
     return result if expected == tuple(out_shape) else None
 
 
-def _is_pad(value: relax.Expr) -> bool:
-    return isinstance(value, relax.Call) and value.op.same_as(_PAD_OP)
+def _texel_pad(value: relax.Expr, bound: dict) -> relax.Expr | None:
+    """``value``'s rewrite where it packs a pad of an unpack (``bound``: the
+    values of the variables in scope)."""
+    pack = bound_call(value, _LAYOUT_TRANSFORM_OP, bound)
+    pad = None if pack is None else bound_call(pack.args[0], _PAD_OP, bound)
+    unpack = None if pad is None else bound_call(pad.args[0], _LAYOUT_TRANSFORM_OP, bound)
+    return None if unpack is None else _packed_pad(pack, pad, unpack)
 
 
 def PadWholeTexels() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
     """Channel pads of whole texels between an unpack and a pack, done on the
     packed tensor (see the module docstring)."""
 
-    def rewrite(expr: relax.Expr, matches) -> relax.Expr:
-        padded = _packed_pad(matches[_PACK], matches[_PAD], matches[_UNPACK])
-        return expr if padded is None else padded
-
     @tvm.transform.module_pass(opt_level=0, name="texscope.PadWholeTexels")
     def pad(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return rewrite_functions(mod, [(_PACK, rewrite)], needed=_is_pad)
+        return rewrite_bindings(mod, _texel_pad)
 
     return pad

@@ -1,0 +1,72 @@
+"""rewrite_bindings: a binding's value replaced in place, nested calls bound
+in evaluation order, what is no longer used dropped."""
+
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+from texscope.errors import TexscopeError
+from texscope.ir.rebuild import bound_call, rewrite_bindings
+
+_RELU = tvm.ir.Op.get("relax.nn.relu")
+_ADD = tvm.ir.Op.get("relax.add")
+
+
+@I.ir_module
+class ReluThenAdd:
+    @R.function
+    def main(x: R.Tensor((1, 8), "float32"), a: R.Tensor((1, 8), "float32")):
+        with R.dataflow():
+            y = R.nn.relu(x)
+            gv = R.add(y, a)
+            R.output(gv)
+        return gv
+
+
+@I.ir_module
+class LeakyAdd:
+    @R.function
+    def main(x: R.Tensor((1, 8), "float32"), a: R.Tensor((1, 8), "float32")):
+        with R.dataflow():
+            lv = R.maximum(x, R.const(0.0, "float32"))
+            lv1 = R.minimum(x, R.const(0.0, "float32"))
+            lv2 = R.multiply(lv1, a)
+            gv = R.add(lv, lv2)
+            R.output(gv)
+        return gv
+
+
+def _leaky_add(value, bound):
+    """add(relu(x), a) -> max(x, 0) + min(x, 0) * a: the relu is found
+    through its variable, and the replacement nests three calls."""
+    add = bound_call(value, _ADD, bound)
+    relu = None if add is None else bound_call(add.args[0], _RELU, bound)
+    if relu is None:
+        return None
+    (x,), zero = relu.args, relax.const(0.0, "float32")
+    return relax.op.add(relax.op.maximum(x, zero),
+                        relax.op.multiply(relax.op.minimum(x, zero), add.args[1]))
+
+
+def test_nested_calls_are_bound_left_to_right_and_unused_bindings_dropped():
+    before = ReluThenAdd.script()
+    out = rewrite_bindings(ReluThenAdd, _leaky_add)
+    tvm.ir.assert_structural_equal(out, LeakyAdd)
+    assert ReluThenAdd.script() == before
+
+
+def test_a_function_with_nothing_to_rewrite_is_left_as_it_is():
+    tvm.ir.assert_structural_equal(rewrite_bindings(LeakyAdd, _leaky_add), LeakyAdd)
+
+
+def test_a_rewrite_that_changes_a_bindings_type_is_an_error_naming_it():
+    def widen(value, _bound):
+        if isinstance(value, relax.Call) and value.op.same_as(_RELU):
+            return relax.op.concat([value.args[0], value.args[0]], axis=1)
+        return None
+
+    with pytest.raises(TexscopeError, match=r"^function main, binding y: a rewrite changed its "
+                       r"type from R.Tensor\(\(1, 8\), dtype=\"float32\"\) to R.Tensor\(\(1, 16\)"):
+        rewrite_bindings(ReluThenAdd, widen)
