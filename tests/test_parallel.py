@@ -110,3 +110,20 @@ def test_a_pipeline_runs_on_parts_of_two_functions_at_least_and_joins_them_in_or
     seen.clear()
     parallel.per_chunk(record, jobs=4)(_copies(3))
     assert seen == [["copy0", "copy1", "copy2"]]
+
+
+def test_parts_outnumber_the_threads_so_that_costly_kernels_even_out():
+    seen, threads = [], set()
+
+    @tvm.transform.module_pass(opt_level=0, name="record")
+    def record(mod, _ctx):
+        seen.append(sorted((g.name_hint for g in mod.functions), key=lambda n: int(n[4:])))
+        threads.add(threading.get_ident())
+        return mod
+
+    joined = parallel.per_chunk(record, jobs=2)(_copies(20))
+    assert sorted(seen, key=lambda part: int(part[0][4:])) == [
+        [f"copy{i}" for i in range(start, end)]
+        for start, end in ((0, 3), (3, 6), (6, 9), (9, 12), (12, 14), (14, 16), (16, 18), (18, 20))]
+    assert len(threads) <= 2
+    assert [g.name_hint for g in joined.functions] == [f"copy{i}" for i in range(20)]

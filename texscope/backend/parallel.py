@@ -23,6 +23,7 @@ import tvm
 from ..errors import TexscopeError
 
 JOBS_ENV = "TEXSCOPE_JOBS"
+PARTS_PER_THREAD = 4
 _JOBS: contextvars.ContextVar[int | None] = contextvars.ContextVar("texscope_jobs", default=None)
 
 Item = TypeVar("Item")
@@ -99,13 +100,16 @@ def per_chunk(pipeline: tvm.transform.Pass, jobs: int | None = None,
 
     @tvm.transform.module_pass(opt_level=0, name=name)
     def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        parts = chunks(list(mod.functions.items()), build_jobs() if jobs is None else jobs,
-                       smallest=2)
+        threads = build_jobs() if jobs is None else jobs
+        # Kernels differ in cost by tens of times (a conv against a pad): more
+        # parts than threads, taken as threads come free, even the load out.
+        parts = chunks(list(mod.functions.items()), threads * PARTS_PER_THREAD if threads > 1
+                       else 1, smallest=2)
         if len(parts) == 1:
             return pipeline(mod)
         lowered = map_in_order(
             lambda part: pipeline(tvm.IRModule(dict(part), attrs=mod.attrs,
-                                               global_infos=mod.global_infos)), parts, len(parts))
+                                               global_infos=mod.global_infos)), parts, threads)
         functions = {gvar: func for part in lowered for gvar, func in part.functions.items()}
         return tvm.IRModule(functions, attrs=lowered[0].attrs, global_infos=lowered[0].global_infos)
 
