@@ -47,6 +47,10 @@ def test_random_modules_keep_invariants_and_numbers(recipe, tiny):
 # left off GPU threads by TVM's Adreno fallback and crashed LLVM codegen.
 @example(recipe=(3, 4, 4, (("conv", 0, 0, False), ("layer_norm", 1, 0, False),
                            ("conv", 158, 0, False))), tiny=False)
+# And: a mean over unit axes fused with the add reading it, which TVM 0.27's
+# GPU fallback inlined into the reduction's update (3 * lv for 2 * lv).
+@example(recipe=(3, 4, 4, (("mean", 0, 0, False), ("mean", 1, 0, False), ("conv", 0, 0, False),
+                           ("add", 1, 1, False))), tiny=False)
 def test_random_modules_run_on_opencl_as_on_the_cpu(recipe, tiny):
     device_limits = opencl.device_target(base="adreno-opencl")
     target = dict(device_limits, texture_spatial_limit=64, texture_depth_limit=16) if tiny \

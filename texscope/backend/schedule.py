@@ -33,6 +33,7 @@ from ..knowledge.targets import TEXEL_LANES, is_texture_scope
 from .conv_schedule import (CONV_BLOCK, append_guards, sblock_realize, schedule_packed_conv,
                             split_unguarded)
 from .parallel import build_jobs, map_in_order
+from .unit_reduction import UnitReductionsAsElementWise
 
 
 def _is_type_checked(method) -> bool:
@@ -456,8 +457,11 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
 def schedule_passes(jobs: int | None = None) -> list:
     """The schedule rules, in the order they are tried (see the module
     docstring), on ``jobs`` threads (:func:`texscope.backend.parallel.build_jobs`
-    when None), then a check that every texture kernel runs on GPU threads."""
+    when None), then a check that every texture kernel runs on GPU threads.
+    Reductions of one step are made element-wise first (TVM's fallback
+    miscompiles them: ``unit_reduction.py``)."""
     return [
+        UnitReductionsAsElementWise,
         ScheduleKernels(
             EpilogueConv2d(),
             _NoneOnScheduleError(_on_every_texture_target(dlight.adreno.LayoutTransform),

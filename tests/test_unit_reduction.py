@@ -1,0 +1,53 @@
+"""Reductions of one step made element-wise before scheduling."""
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.s_tir import dlight
+
+import texscope
+from modules import unit_reductions as cases
+from texscope.backend.unit_reduction import UnitReductionsAsElementWise
+from texscope.diagnostics import verify
+
+
+def test_a_sum_over_unit_axes_becomes_element_wise():
+    out = UnitReductionsAsElementWise(cases.UnitSum)
+    tvm.ir.assert_structural_equal(out, cases.UnitSumElementWise)
+
+
+def test_a_reduction_of_two_steps_is_left_alone():
+    out = UnitReductionsAsElementWise(cases.SumOverTwo)
+    assert out["main"].same_as(cases.SumOverTwo["main"])
+
+
+def _fused_mean_add():
+    mod = relax.transform.LegalizeOps()(cases.MeanOfMean)
+    mod = relax.transform.AnnotateTIROpPattern()(mod)
+    mod = relax.transform.FuseTIR()(relax.transform.FuseOps()(mod))
+    (name,) = [g.name_hint for g in mod.functions if "add" in g.name_hint]
+    return mod[name]
+
+
+def _update_reads_its_own_output(func) -> bool:
+    """Whether the single scheduled block reads the buffer it writes."""
+    text = func.script()
+    return "T_add_intermediate[T.int64(0), v0, T.int64(0), T.int64(0)] + lv" in text
+
+
+def test_tvms_gpu_fallback_miscompiles_the_fused_kernel_unless_it_is_element_wise():
+    target = tvm.target.Target({"kind": "opencl"}, host="llvm")
+    func = _fused_mean_add()
+    upstream = dlight.gpu.Fallback().apply(func, target, False).mod["main"]
+    # The add inlined into the reduction's update reads the add's own output.
+    assert _update_reads_its_own_output(upstream)
+    fixed = UnitReductionsAsElementWise(tvm.IRModule({"main": func}))["main"]
+    scheduled = dlight.gpu.Fallback().apply(fixed, target, False).mod["main"]
+    assert not _update_reads_its_own_output(scheduled)
+
+
+def test_the_mean_of_a_mean_runs_on_opencl_as_on_the_cpu():
+    inputs = verify.random_inputs(cases.MeanOfMean)
+    result = texscope.opencl.run(texscope.build(cases.MeanOfMean, "adreno-opencl"), inputs)
+    (expected,) = verify.reference_outputs(cases.MeanOfMean, inputs)
+    np.testing.assert_allclose(result.outputs[0], expected, rtol=1e-6, atol=1e-6)
