@@ -12,7 +12,7 @@ import texscope
 from conftest import ADRENO, BeforeScheduling
 from texscope.backend import parallel
 from texscope.backend.build import build
-from texscope.backend.schedule import ScheduleKernels, schedule_passes
+from texscope.backend.schedule import ScheduleKernels, schedule_rules
 from texscope.models import zoo
 
 
@@ -62,7 +62,7 @@ def test_threads_schedule_as_dlights_apply_default_schedule_does():
     capture = BeforeScheduling()
     with tvm.transform.PassContext(instruments=[capture]):
         build(zoo.NETWORKS["unet"](), "adreno-opencl", jobs=1)
-    rules = schedule_passes()[0].rules
+    rules = schedule_rules()
     with ADRENO:
         expected = dlight.ApplyDefaultSchedule(*rules)(capture.module)
         on_threads = ScheduleKernels(*rules, jobs=3)(capture.module)

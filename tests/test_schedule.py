@@ -214,7 +214,7 @@ def test_a_layout_transform_tvms_adreno_rule_cannot_schedule_goes_to_the_next_ru
     with ADRENO, pytest.raises(TypeError, match="split"):
         dlight.adreno.LayoutTransform().apply(func, ADRENO, False)
     with ADRENO:
-        scheduled = schedule.ScheduleKernels(*schedule.schedule_passes()[0].rules, jobs=1)(
+        scheduled = schedule.ScheduleKernels(*schedule.schedule_rules(), jobs=1)(
             tvm.IRModule({"unpack": func}))
     # The generic fallback took it: its loop runs on GPU threads.
     assert "T.thread_binding" in scheduled["unpack"].script()

@@ -454,25 +454,28 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
         return None
 
 
+def schedule_rules() -> list:
+    """The schedule rules, in the order they are tried (see the module docstring)."""
+    return [
+        EpilogueConv2d(),
+        _NoneOnScheduleError(_on_every_texture_target(dlight.adreno.LayoutTransform),
+                             errors=(s_tir.ScheduleError, TypeError)),
+        TexelWriter(),
+        TextureFallback(),
+        # Kernels of no texture: TVM's generic GPU rules.
+        _OnReductions(dlight.gpu.Reduction()),
+        _OnReductions(_NoneOnScheduleError(dlight.gpu.GeneralReduction())),
+        dlight.gpu.Fallback(),
+    ]
+
+
 def schedule_passes(jobs: int | None = None) -> list:
-    """The schedule rules, in the order they are tried (see the module
-    docstring), on ``jobs`` threads (:func:`texscope.backend.parallel.build_jobs`
-    when None), then a check that every texture kernel runs on GPU threads.
-    Reductions of one step are made element-wise first (TVM's fallback
-    miscompiles them: ``unit_reduction.py``)."""
+    """Reductions of one step made element-wise (TVM's fallback miscompiles
+    them: ``unit_reduction.py``), the schedule rules on ``jobs`` threads
+    (:func:`texscope.backend.parallel.build_jobs` when None), then a check
+    that every texture kernel runs on GPU threads."""
     return [
         UnitReductionsAsElementWise,
-        ScheduleKernels(
-            EpilogueConv2d(),
-            _NoneOnScheduleError(_on_every_texture_target(dlight.adreno.LayoutTransform),
-                                 errors=(s_tir.ScheduleError, TypeError)),
-            TexelWriter(),
-            TextureFallback(),
-            # Kernels of no texture: TVM's generic GPU rules.
-            _OnReductions(dlight.gpu.Reduction()),
-            _OnReductions(_NoneOnScheduleError(dlight.gpu.GeneralReduction())),
-            dlight.gpu.Fallback(),
-            jobs=jobs,
-        ),
+        ScheduleKernels(*schedule_rules(), jobs=jobs),
         RequireTextureKernelsOnThreads,
     ]
