@@ -71,12 +71,27 @@ def test_threads_schedule_as_dlights_apply_default_schedule_does():
     tvm.ir.assert_structural_equal(on_threads, expected)
 
 
+def _host_code(executable) -> str:
+    """The LLVM IR of the host functions (finalized on threads too)."""
+    found = []
+
+    def walk(module):
+        if module.kind == "llvm":
+            found.append(module.inspect_source())
+        for imported in module.imports:
+            walk(imported)
+
+    walk(executable.mod)
+    return "\n".join(found)
+
+
 @pytest.mark.parametrize("name", ["resnet", "mobilenet_v2"])
 def test_a_build_on_three_threads_equals_one_on_one(name):
     mod = zoo.NETWORKS[name]()
     one, three = build(mod, "adreno-opencl", jobs=1), build(mod, "adreno-opencl", jobs=3)
     assert (one.report.build["jobs"], three.report.build["jobs"]) == (1, 3)
     assert three.opencl_source == one.opencl_source
+    assert _host_code(three.executable) == _host_code(one.executable) != ""
     assert three.executable.as_text() == one.executable.as_text()
     assert tvm_ffi.structural_equal(three.kernels, one.kernels)
     assert tvm_ffi.structural_equal(three.module, one.module)

@@ -85,15 +85,17 @@ def _adreno_tir_triple():
     # TextureFlatten runs first here so the stores can be retyped before
     # vectorization; the Adreno pipeline's own TextureFlatten then finds none.
     # The pipeline is TVM's Adreno one but for buffer compaction (lowering.py).
-    # Every pass of it lowers one function alone: the parts go to threads.
+    # Every pass of these lowers one function alone: the parts go to threads.
     return (
         per_chunk(tvm.transform.Sequential([
             s_tir.backend.adreno.transform.TextureFlatten(),
             RetypeTextureStore,
             adreno_tir_pipeline,
         ]), name="texscope.LowerKernels"),
-        compilation_pipeline.finalize_host_passes,
-        compilation_pipeline.finalize_device_passes,
+        lambda: per_chunk(compilation_pipeline.finalize_host_passes(),
+                          name="texscope.FinalizeHost"),
+        lambda: per_chunk(compilation_pipeline.finalize_device_passes(),
+                          name="texscope.FinalizeDevice"),
     )
 
 
