@@ -107,6 +107,42 @@ def test_tensors_of_different_devices_or_scopes_never_share():
     assert assign([]) == Assignment((), ())
 
 
+def _every_budget_tried(lifetimes):
+    """assign without stopping at the first budget that binds nothing."""
+    steps = max(t.end for t in lifetimes) + 1
+    base = np.zeros(steps, dtype=np.int64)
+    order = sorted(range(len(lifetimes)), key=lambda i: (-lifetimes[i].need, lifetimes[i].start, i))
+    alone = storage_plan._peak([storage_plan._Storage(t.group, t.need, t.start, t.end)
+                                for t in lifetimes], base)
+    plans = []
+    for slack in storage_plan.BUDGET_SLACKS:
+        plan, storages, _ = storage_plan._greedy(lifetimes, order, alone * (1 + slack), base)
+        storage_plan._fit_to_pool(storages, base)
+        plan = Assignment(plan.storage, tuple(s.size for s in storages))
+        plans.append(((storage_plan._peak(storages, base), storage_plan._pooled(storages),
+                       len(storages)), plan))
+    return min(plans, key=lambda scored: scored[0])[1]
+
+
+def test_budgets_past_one_that_turned_no_storage_down_are_not_tried(monkeypatch):
+    rng = np.random.default_rng(0)
+    calls = []
+    greedy = storage_plan._greedy
+    monkeypatch.setattr(storage_plan, "_greedy", lambda *a: calls.append(a[2]) or greedy(*a))
+    stopped_early = 0
+    for _ in range(300):
+        lifetimes = []
+        for _ in range(int(rng.integers(1, 12))):
+            start = int(rng.integers(0, 20))
+            lifetimes.append(Lifetime(start, start + int(rng.integers(0, 6)),
+                                      PAGE * int(rng.integers(1, 12))))
+        calls.clear()
+        plan = assign(lifetimes)
+        stopped_early += len(calls) < len(storage_plan.BUDGET_SLACKS)
+        assert plan == _every_budget_tried(lifetimes)
+    assert stopped_early > 0
+
+
 def _build(mod, target="adreno-opencl", **context):
     capture = MemoryCapture()
     with tvm.transform.PassContext(instruments=[capture], **context):

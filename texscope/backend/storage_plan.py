@@ -102,10 +102,13 @@ class _Storage:
 def _greedy(lifetimes: list[Lifetime], order: list[int], budget: float, base: np.ndarray):
     """Place tensors in ``order`` (largest first): each into the storage it
     wastes least in (bytes x steps held beyond its own) without taking the
-    plan's running peak over ``budget``, else into a new storage."""
+    plan's running peak over ``budget``, else into a new storage.  Also
+    returns whether the budget turned a storage down: where it did not, any
+    larger budget places every tensor alike."""
     # Bytes live per step, every tensor not yet placed counted in a storage
     # of its own: the finished plan's profile so far, exactly.
     profile = base.copy()
+    binding = False
     for t in lifetimes:
         profile[t.start:t.end + 1] += t.need
     storages: list[_Storage] = []
@@ -122,6 +125,7 @@ def _greedy(lifetimes: list[Lifetime], order: list[int], budget: float, base: np
                 continue
             added = storage.added(t.start, t.end)
             if any(int(profile[a:b + 1].max()) + storage.size > budget for a, b in added):
+                binding = True
                 continue
             waste = storage.size * sum(b - a + 1 for a, b in added) - t.need * (t.end - t.start + 1)
             if best is None or (waste, storage.size, index) < best:
@@ -137,7 +141,7 @@ def _greedy(lifetimes: list[Lifetime], order: list[int], budget: float, base: np
         storage.first, storage.last = min(storage.first, t.start), max(storage.last, t.end)
         storage.intervals.append((t.start, t.end))
         placed[i] = best[2]
-    return Assignment(tuple(placed), tuple(s.size for s in storages)), storages
+    return Assignment(tuple(placed), tuple(s.size for s in storages)), storages, binding
 
 
 def _pooled(storages: list[_Storage]) -> int:
@@ -239,10 +243,12 @@ def assign(lifetimes: list[Lifetime], background=(), given: Assignment | None = 
         storages = _storages_of(lifetimes, given)
         plans.append(((_peak(storages, base), _pooled(storages + fixed), len(storages)), given))
     for slack in BUDGET_SLACKS:
-        plan, storages = _greedy(lifetimes, order, alone * (1 + slack), base)
+        plan, storages, binding = _greedy(lifetimes, order, alone * (1 + slack), base)
         _fit_to_pool(storages, base)
         plan = attrs.evolve(plan, sizes=tuple(s.size for s in storages))
         plans.append(((_peak(storages, base), _pooled(storages + fixed), len(storages)), plan))
+        if not binding:  # the larger budgets' plans are this one
+            break
     return min(plans, key=lambda scored: scored[0])[1]
 
 
