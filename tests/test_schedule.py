@@ -104,6 +104,23 @@ def test_the_conv_rule_leaves_other_kernels_before_analysing_them(monkeypatch):
                                       False) is None
 
 
+def test_rules_decline_what_they_cannot_take_before_building_a_schedule(monkeypatch):
+    """A kernel with no conv block, one whose block is no layout transform,
+    one holding no texture: declined from the PrimFunc (a Schedule costs
+    about half a millisecond to build)."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a Schedule was built for a kernel the rule cannot take")
+
+    monkeypatch.setattr(schedule.UncheckedSchedule, "__init__", refuse)
+    pool = texel_cases.MaxPoolToTexture["max_pool2d"]
+    buffers_only = relax.transform.LegalizeOps()(texel_cases.PoolsBetweenConvs)["conv2d"]
+    layout_transform = schedule.schedule_rules()[1]
+    with ADRENO:
+        assert EpilogueConv2d().apply(pool, ADRENO, False) is None
+        assert layout_transform.apply(pool, ADRENO, False) is None
+        assert TextureFallback().apply(buffers_only, ADRENO, False) is None
+
+
 def test_the_data_pad_check_asks_for_a_select_before_analysing_a_block(monkeypatch):
     """Every block of the zoo's kernels gets dlight's answer; a block without
     a select gets it without dlight's block analysis."""

@@ -66,19 +66,28 @@ def _apply_if_static(self, func, target, tunable):
     # raises); a kernel of symbolic shape holds no texture and is left to the
     # generic GPU rules.
     if isinstance(func, tvm.tirx.PrimFunc):
-        if not _static_params(func):
+        if not _static_params(func) or not self.may_take(func):
             return None
         func = UncheckedSchedule(func)
     return super(type(self), self).apply(func, target, tunable)
 
 
-def _on_every_texture_target(rule_class: type) -> dlight.ScheduleRule:
+def _on_every_texture_target(rule_class: type, may_take=None) -> dlight.ScheduleRule:
     """An instance of one of TVM's Adreno dlight rules that also schedules for
     other texture targets, and only kernels of static shape, given as an
     :data:`UncheckedSchedule` (the rule must take a Schedule for a PrimFunc,
-    as TVM's LayoutTransform does)."""
+    as TVM's LayoutTransform does).  ``may_take(func)``, where given, is a
+    condition the rule itself requires, asked before a Schedule is built."""
     return type(rule_class.__name__, (rule_class,), {
-        "is_target_available": _on_texture_target, "apply": _apply_if_static})()
+        "is_target_available": _on_texture_target, "apply": _apply_if_static,
+        "may_take": staticmethod(may_take or (lambda func: True))})()
+
+
+def _first_block_is_a_layout_transform(func: tvm.tirx.PrimFunc) -> bool:
+    """Required by TVM's Adreno LayoutTransform rule: the root's only child
+    block is named ``te_layout_transform`` (so it is the first block met)."""
+    blocks = _blocks(func)
+    return bool(blocks) and blocks[0].name_hint == "te_layout_transform"
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:
@@ -253,12 +262,12 @@ class EpilogueConv2d(dlight.ScheduleRule):
         # the kernel writes past its output (run on PoCL).
         if not _static_params(func):
             return None
+        # TVM's rule takes only kernels with a block of this name: the others
+        # (most kernels) skip the schedule, the inlining and block analyses.
+        if not any(CONV_BLOCK in block.name_hint for block in _blocks(func)):
+            return None
         sch = UncheckedSchedule(func)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
-        # TVM's rule takes only kernels with a block of this name among these:
-        # the others (most kernels) skip the inlining and block analyses.
-        if not any(CONV_BLOCK in sch.get(block).name_hint for block in blocks):
-            return None
         for block in blocks:
             if (_is_spatial(sch, block)
                     and not _writes_any(sch, block, func.params)
@@ -301,22 +310,36 @@ class _NoneOnScheduleError(dlight.ScheduleRule):
             return None
 
 
-def _reduces(func: tvm.tirx.PrimFunc) -> bool:
-    """Whether some block of ``func`` has a reduction iterator (statements
-    only are walked: no block lies inside an expression or a store)."""
+def _blocks(func: tvm.tirx.PrimFunc) -> list:
+    """Every block of ``func`` but its root, outermost first (statements only
+    are walked: no block lies inside an expression or a store).  Rules ask
+    it what they need before building a Schedule (half a millisecond)."""
+    found = []
 
     def on_block(block, visitor):
-        if any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars):
-            return tvm_ffi.VisitInterrupt()
+        found.append(block)
         return visitor.visit(block.body)
 
     def pruned(_value, _visitor):
         return None
 
-    return tvm_ffi.structural_visit(func.body, [
+    tvm_ffi.structural_visit(func.body, [
         (s_tir.stmt.SBlock, on_block),
         ((tvm.ir.Expr, tvm.tirx.BufferStore, tvm.tirx.Evaluate), pruned),
-    ]) is not None
+    ])
+    return [block for block in found if block.name_hint != "root"]
+
+
+def _reduces(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether some block of ``func`` has a reduction iterator."""
+    return any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce
+               for block in _blocks(func) for iv in block.iter_vars)
+
+
+def _holds_texture(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether a parameter or a block's buffer of ``func`` is a texture."""
+    return bool(_texture_params(func)) or any(
+        is_texture_scope(buffer.scope()) for block in _blocks(func) for buffer in block.alloc_buffers)
 
 
 class _OnReductions(dlight.ScheduleRule):
@@ -354,7 +377,7 @@ class TextureFallback(dlight.adreno.Fallback):
 
     def apply(self, func, target, _tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target) \
-                or not _static_params(func):
+                or not _static_params(func) or not _holds_texture(func):
             return None
         sch = UncheckedSchedule(func)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
@@ -458,7 +481,8 @@ def schedule_rules() -> list:
     """The schedule rules, in the order they are tried (see the module docstring)."""
     return [
         EpilogueConv2d(),
-        _NoneOnScheduleError(_on_every_texture_target(dlight.adreno.LayoutTransform),
+        _NoneOnScheduleError(_on_every_texture_target(dlight.adreno.LayoutTransform,
+                                                      _first_block_is_a_layout_transform),
                              errors=(s_tir.ScheduleError, TypeError)),
         TexelWriter(),
         TextureFallback(),
