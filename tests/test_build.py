@@ -9,6 +9,7 @@ import texscope
 from texscope import opencl
 from texscope.models import zoo
 from texscope.backend import build as build_module
+from texscope.backend import lowering
 from texscope.backend.build import build, kernel_signatures
 
 NETWORKS = ["seed", "resnet", "mobilenet_v2", "unet", "inception"]
@@ -37,7 +38,7 @@ def test_without_the_texel_store_fix_lanes_are_stored_one_by_one(monkeypatch):
     0.27 broadcasts each lane), which only a numeric run would notice."""
     unchanged = tvm.tirx.transform.prim_func_pass(lambda f, _m, _c: f, opt_level=0,
                                                   name="unchanged")
-    monkeypatch.setattr(build_module, "RetypeTextureStore", unchanged)
+    monkeypatch.setattr(lowering, "RetypeTextureStore", unchanged)
     source = build(texscope.models.examples.Seed, "adreno-opencl").opencl_source
     repeated = opencl.repeated_texel_stores(source)
     # Both packing kernels write texels; each now loops over the 4 lanes.

@@ -11,6 +11,7 @@ from texscope.models import zoo
 from test_real_models import IMPORTABLE
 
 _TVMS = "s_tir.CompactBufferAllocation"
+_FLATTEN = "s_tir.backend.adreno.TextureFlatten"
 
 
 @tvm.instrument.pass_instrument
@@ -38,14 +39,19 @@ def _names(pipeline, depth, mod, **config):
 
 @pytest.mark.parametrize("config", [{}, {"tirx.disable_storage_rewrite": True,
                                          "tirx.disable_cse_tir": True}])
-def test_the_pipeline_is_tvms_adreno_one_but_for_compaction(config):
+def test_the_pipeline_is_tvms_adreno_one_but_for_texel_stores_and_compaction(config):
     before_lowering = _BeforeLowering()
     with tvm.transform.PassContext(instruments=[before_lowering]):
         texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
     theirs = _names(tvm_adreno.default_tir_pipeline(), 2, before_lowering.module, **config)
     ours = _names(lowering.adreno_tir_pipeline, 2, before_lowering.module, **config)
-    assert _TVMS in theirs
-    assert ours == ["texscope.CompactUnguarded" if n == _TVMS else n for n in theirs]
+    assert _TVMS in theirs and theirs.count(_FLATTEN) == 1
+    expected = []
+    for name in theirs:
+        expected.append("texscope.CompactUnguarded" if name == _TVMS else name)
+        if name == _FLATTEN:
+            expected.append("texscope.RetypeTextureStore")
+    assert ours == expected
 
 
 @tvm.instrument.pass_instrument

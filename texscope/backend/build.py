@@ -11,14 +11,8 @@ wants a (pipeline, finalize_host, finalize_device) triple, and the build's
 ``"default"`` pipeline is the generic one: OpenCL then reads an
 ``image2d_array_t`` through ``vload4``.  texscope registers the Adreno passes as
 a proper triple, ``texscope_adreno``, so texture-scoped buffers become
-``read_imagef`` / ``write_imagef``.
-
-Even then, TVM 0.27 writes wrong texels: TextureFlatten types each
-``texture2d_store`` call with the image's pointer type, VectorizeLoop then takes
-the call for a non-primitive one and scalarizes the 4-lane loop around it, and
-every lane stores one broadcast value.  ``RetypeTextureStore`` gives the store
-a primitive type right after TextureFlatten, so the lanes are packed into one
-``write_imagef`` (found by running the kernels on PoCL).
+``read_imagef`` / ``write_imagef`` (with the texel stores TVM 0.27 gets wrong
+retyped: :mod:`texscope.backend.lowering`).
 """
 
 from __future__ import annotations
@@ -31,7 +25,6 @@ import attrs
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm import s_tir
 from tvm.tirx import compilation_pipeline
 
 from ..cleanup import FoldTextureCopies
@@ -65,33 +58,12 @@ TIR_PIPELINE = "texscope_adreno"
 NDK_CC_ENV = "TEXSCOPE_NDK_CC"
 
 
-_TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")
-
-
-def _primitive_store(call):
-    if call.op.same_as(_TEXTURE_STORE) and not isinstance(call.ty, tvm.ir.PrimType):
-        return tvm.ir.Call(call.op, list(call.args), call.attrs, span=call.span,
-                           ret_ty=tvm.ir.PrimType("int32"))
-    return call
-
-
-@tvm.tirx.transform.prim_func_pass(opt_level=0, name="texscope.RetypeTextureStore")
-def RetypeTextureStore(func, _mod, _ctx):  # pylint: disable=invalid-name
-    """Give ``texture2d_store`` calls a primitive type (see the module docstring)."""
-    return tvm_ffi.structural_map(func, (tvm.ir.Call, _primitive_store))
-
-
 def _adreno_tir_triple():
-    # TextureFlatten runs first here so the stores can be retyped before
-    # vectorization; the Adreno pipeline's own TextureFlatten then finds none.
-    # The pipeline is TVM's Adreno one but for buffer compaction (lowering.py).
-    # Every pass of these lowers one function alone: the parts go to threads.
+    # The pipeline is TVM's Adreno one but for buffer compaction and the
+    # texel stores' type (lowering.py).  Every pass of these lowers one
+    # function alone: the parts go to threads.
     return (
-        per_chunk(tvm.transform.Sequential([
-            s_tir.backend.adreno.transform.TextureFlatten(),
-            RetypeTextureStore,
-            adreno_tir_pipeline,
-        ]), name="texscope.LowerKernels"),
+        per_chunk(adreno_tir_pipeline, name="texscope.LowerKernels"),
         lambda: per_chunk(compilation_pipeline.finalize_host_passes(),
                           name="texscope.FinalizeHost"),
         lambda: per_chunk(compilation_pipeline.finalize_device_passes(),

@@ -1,9 +1,18 @@
-"""TVM's Adreno TIR lowering, with kernel buffers compacted unguarded.
+"""TVM's Adreno TIR lowering, with its texel stores retyped and kernel
+buffers compacted unguarded.
 
 The passes are those of TVM 0.27's Adreno pipeline
 (``tvm.s_tir.backend.adreno.pipeline``), in its order and under the same
-``PassContext`` options, but one: ``CompactBufferAllocation`` is
+``PassContext`` options, but for :data:`RetypeTextureStore` right after
+``TextureFlatten``, and ``CompactBufferAllocation``, which is
 :data:`CompactUnguarded` here.
+
+TVM 0.27 writes wrong texels: TextureFlatten types each ``texture2d_store``
+call with the image's pointer type, VectorizeLoop then takes the call for a
+non-primitive one and scalarizes the 4-lane loop around it, and every lane
+stores one broadcast value.  ``RetypeTextureStore`` gives the store a
+primitive type, so the lanes are packed into one ``write_imagef`` (found by
+running the kernels on PoCL).
 
 TVM's pass narrows each buffer's accessed region by the predicates of the
 blocks accessing it (the guards of non-dividing splits).  On a scheduled conv
@@ -24,6 +33,20 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 _COMPACT = s_tir.transform.CompactBufferAllocation()
+_TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")
+
+
+def _primitive_store(call):
+    if call.op.same_as(_TEXTURE_STORE) and not isinstance(call.ty, tvm.ir.PrimType):
+        return tvm.ir.Call(call.op, list(call.args), call.attrs, span=call.span,
+                           ret_ty=tvm.ir.PrimType("int32"))
+    return call
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="texscope.RetypeTextureStore")
+def RetypeTextureStore(func, _mod, _ctx):  # pylint: disable=invalid-name
+    """Give ``texture2d_store`` calls a primitive type (see the module docstring)."""
+    return tvm_ffi.structural_map(func, (tvm.ir.Call, _primitive_store))
 
 
 def _allocated_scopes(func: tirx.PrimFunc) -> set[str]:
@@ -98,10 +121,11 @@ def _option(name: str) -> bool:
 
 def adreno_tir_passes() -> list:
     """TVM's Adreno TIR pipeline as a list, under the current PassContext's
-    options, :data:`CompactUnguarded` in place of
-    ``CompactBufferAllocation``."""
+    options, :data:`RetypeTextureStore` after ``TextureFlatten`` and
+    :data:`CompactUnguarded` in place of ``CompactBufferAllocation``."""
     passes = [
         s_tir.backend.adreno.transform.TextureFlatten(),
+        RetypeTextureStore,
         s_tir.transform.CanonicalizeLoop(),
         s_tir.transform.LowerCrossThreadReduction(),
         s_tir.transform.LowerInitBlock(),
