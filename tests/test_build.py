@@ -8,7 +8,6 @@ import tvm
 import texscope
 from texscope import opencl
 from texscope.models import zoo
-from texscope.backend import build as build_module
 from texscope.backend import lowering
 from texscope.backend.build import build, kernel_signatures
 
