@@ -23,7 +23,6 @@ from pathlib import Path
 
 import attrs
 import tvm
-import tvm_ffi
 from tvm import relax
 from tvm.tirx import compilation_pipeline
 
