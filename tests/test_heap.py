@@ -39,3 +39,25 @@ def test_glibc_is_found_here():
     # The machines texscope is tested and measured on run glibc; finding it
     # is what makes the thresholds apply at all.
     assert heap._glibc() is not None
+
+
+def test_the_collector_is_paused_during_a_build_and_restored_after(monkeypatch):
+    import gc
+
+    seen = []
+    real = texscope.backend.build._build
+
+    def spying(*args):
+        seen.append(gc.isenabled())
+        return real(*args)
+
+    monkeypatch.setattr(texscope.backend.build, "_build", spying)
+    gc.enable()
+    texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl")
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl")
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()

@@ -29,7 +29,7 @@ from tvm.tirx import compilation_pipeline
 from ..cleanup import FoldTextureCopies
 from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
-from .heap import keep_freed_memory
+from .heap import collector_paused, keep_freed_memory
 from .lowering import adreno_tir_pipeline
 from .parallel import build_jobs, jobs_limit, per_chunk
 from .memory import MemoryCapture, device_memory
@@ -282,7 +282,7 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
         with _with_instrument(timing):
             result = build(mod, target, host, log, profile, jobs=1)
         return attrs.evolve(result, pass_times=tuple(timing.passes()))
-    with jobs_limit(jobs):
+    with jobs_limit(jobs), collector_paused():
         return _build(mod, target, host, log, profile)
 
 

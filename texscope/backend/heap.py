@@ -1,4 +1,5 @@
-"""The C heap during a build: freed memory kept for the next allocation.
+"""Process memory during a build: freed C memory kept for the next
+allocation, Python's cyclic collector paused.
 
 TVM 0.27's arithmetic analyzer gives every solver it materializes a Z3
 context of its own, a few MiB allocated and freed again for many schedule
@@ -17,8 +18,11 @@ at its top is still trimmed.  Other C libraries are left as they are.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import gc
+from typing import Iterator
 
 # glibc's mallopt parameters (malloc.h) and its dynamic thresholds' ceilings
 # on 64-bit hosts (DEFAULT_MMAP_THRESHOLD_MAX; the trim threshold follows at 2x).
@@ -62,3 +66,15 @@ def keep_freed_memory(libc=None) -> bool:
     if libc is None:
         _done.append(ok)
     return ok
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off within, as it was after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
