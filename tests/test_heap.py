@@ -1,4 +1,4 @@
-"""The C heap during a build (texscope.backend.heap)."""
+"""Process memory during a build (texscope.backend.heap): the C heap, the collector."""
 
 import texscope
 from texscope.backend import heap
