@@ -10,6 +10,7 @@ import math
 
 import attrs
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ..knowledge import registry
@@ -150,10 +151,15 @@ def known_ndim(ty) -> int | None:
 def static_dims(dims) -> tuple[int, ...] | None:
     """A shape's dimensions (Relax or TIR expressions) as integers; None if
     any is symbolic.  The one test of "static" every module uses."""
-    dims = list(dims)
-    if not all(isinstance(dim, tvm.tirx.IntImm) for dim in dims):
-        return None
-    return tuple(int(dim.value) for dim in dims)
+    # A slice reads an FFI array in one pass (iterating asks its length and
+    # checks the index again for every element).
+    dims = dims[:] if isinstance(dims, tvm_ffi.Array) else list(dims)
+    values = []
+    for dim in dims:
+        if not isinstance(dim, tvm.tirx.IntImm):
+            return None
+        values.append(dim.value)
+    return tuple(values)
 
 
 def nbytes(shape, dtype) -> int:

@@ -722,8 +722,9 @@ def recorded_attrs() -> dict[str, list[str]]:
 def desired_layouts(call: relax.Call) -> dict[str, list[str]]:
     """ConvertLayout's desired layouts for one call (its ``layout_cb``): the
     entry's packed layouts, or the call's own when it is not to be packed."""
+    name = call.op.name  # an FFI read: once, not once per entry
     for e in _op_entries():
-        if call.op.name != e.key.op or not (e.desired_layouts or e.layout_attrs):
+        if name != e.key.op or not (e.desired_layouts or e.layout_attrs):
             continue
         if e.desired_layouts and all(
             str(_get(call.attrs, k)) == v for k, v in e.pack_when.items()
