@@ -6,6 +6,7 @@ from the function's binding list (A-normal form, no visitor per node).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -162,15 +163,23 @@ def static_dims(dims) -> tuple[int, ...] | None:
     return tuple(values)
 
 
+@functools.lru_cache(maxsize=None)
+def _element_bits(dtype: str) -> int:
+    parsed = tvm.DataType(dtype)
+    return parsed.bits * parsed.lanes
+
+
 def nbytes(shape, dtype) -> int:
     """Bytes of a tensor of a static ``shape`` and ``dtype``."""
-    dtype = tvm.DataType(str(dtype))
-    return math.prod(shape) * dtype.bits * dtype.lanes // 8
+    return math.prod(shape) * _element_bits(str(dtype)) // 8
 
 
 def static_bytes(ty) -> int:
     """Bytes of the tensors of a type (through tuples); a tensor of symbolic
     or unknown shape counts 0."""
+    if isinstance(ty, relax.TensorType):  # most calls: one tensor
+        shape = static_shape(ty)
+        return 0 if shape is None else nbytes(shape, ty.dtype)
     return sum(nbytes(shape, tensor.dtype) for tensor in tensor_types(ty)
                if (shape := static_shape(tensor)) is not None)
 
@@ -311,17 +320,27 @@ def build_graph(mod: tvm.IRModule, gvar: relax.GlobalVar, texture: TextureTarget
 
 def vars_read(expr) -> list:
     """The Relax variables ``expr`` reads."""
+    found: list = []
+    _collect_vars_read(expr, found)
+    return found
+
+
+def _collect_vars_read(expr, found: list) -> None:
     if isinstance(expr, relax.Var):
-        return [expr]
-    if isinstance(expr, relax.Tuple):
-        return [v for field in expr.fields for v in vars_read(field)]
-    if isinstance(expr, relax.TupleGetItem):
-        return vars_read(expr.tuple_value)
-    if isinstance(expr, relax.Call):
-        return [*vars_read(expr.op), *(v for arg in expr.args for v in vars_read(arg))]
-    if isinstance(expr, (relax.If, relax.SeqExpr, relax.Function)):
-        return list(relax.analysis.free_vars(expr))
-    return []  # constants, shapes, sizes, strings, functions named globally
+        found.append(expr)
+    elif isinstance(expr, relax.Call):
+        if not isinstance(expr.op, tvm.ir.Op):  # a local function's variable
+            _collect_vars_read(expr.op, found)
+        for arg in expr.args[:]:
+            _collect_vars_read(arg, found)
+    elif isinstance(expr, relax.Tuple):
+        for field in expr.fields[:]:
+            _collect_vars_read(field, found)
+    elif isinstance(expr, relax.TupleGetItem):
+        _collect_vars_read(expr.tuple_value, found)
+    elif isinstance(expr, (relax.If, relax.SeqExpr, relax.Function)):
+        found.extend(relax.analysis.free_vars(expr))
+    # else: constants, shapes, sizes, strings, functions named globally
 
 
 def relax_bindings(mod: tvm.IRModule, functions=None):
