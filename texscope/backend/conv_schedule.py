@@ -49,21 +49,22 @@ def split_unguarded(sch: s_tir.Schedule, loop, factors: list):
     return loops, value < extent
 
 
-def _substituted(expr, var, value):
+def substituted(expr, var, value):
     """``expr`` with ``var`` replaced, nothing refolded (as ``fuse`` does)."""
     return tvm_ffi.structural_map(expr, (tirx.Var, lambda v: value if v.same_as(var) else v))
 
 
-def append_guards(sch: s_tir.Schedule, block, guards: list) -> None:
+def append_guards(sch: s_tir.Schedule, block, guards: list, bindings: list | None = None) -> None:
     """Append ``guards`` to ``block``'s predicate, in order, as each split
-    would have; the block must be its innermost loop's body."""
+    would have, and bind the block to ``bindings`` where given; the block
+    must be its innermost loop's body."""
     realize = sblock_realize(sch, block)
     loop_rv = sch.get_loops(block)[-1]
     loop = sch.get(loop_rv)
     if not loop.body.same_as(realize):
         raise s_tir.ScheduleError("the block is not its innermost loop's body")
-    guarded = s_tir.SBlockRealize(realize.iter_values, tirx.all(realize.predicate, *guards),
-                                  realize.block)
+    guarded = s_tir.SBlockRealize(realize.iter_values if bindings is None else bindings,
+                                  tirx.all(realize.predicate, *guards), realize.block)
     sch.state.replace(sch.get_sref(loop_rv), tirx.For(
         loop.loop_var, loop.min, loop.extent, loop.kind, guarded, loop.thread_binding,
         loop.annotations))
@@ -84,7 +85,7 @@ def schedule_conv_block(sch: s_tir.Schedule, block) -> None:
     channel_block, blocks_of_channels = sch.get(bz).loop_var, sch.get(bz).extent
     bz = sch.fuse(n, bz, preserve_unit_iters=True)
     if channels is not None:  # fuse rewrote the channel block as this
-        channels = _substituted(channels, channel_block,
+        channels = substituted(channels, channel_block,
                                 tirx.floormod(sch.get(bz).loop_var, blocks_of_channels))
     sch.reorder(bz, by, bx, vz, vy, vx, tz, ty, tx, ob)
     for loop, thread in zip((bz, by, bx, vz, vy, vx, tz, ty, tx), _THREADS):

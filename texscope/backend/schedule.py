@@ -32,6 +32,7 @@ from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
 from .conv_schedule import (CONV_BLOCK, append_guards, sblock_realize, schedule_packed_conv,
                             split_unguarded)
+from .layout_schedule import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
 from .parallel import build_jobs, map_in_order
 from .unit_reduction import UnitReductionsAsElementWise
 
@@ -61,33 +62,11 @@ def _static_params(func) -> bool:
                for param in func.params if isinstance(param.ty, tvm.tirx.BufferType))
 
 
-def _apply_if_static(self, func, target, tunable):
-    # TVM's Adreno rules take extents for integers (int() of a symbolic size
-    # raises); a kernel of symbolic shape holds no texture and is left to the
-    # generic GPU rules.
-    if isinstance(func, tvm.tirx.PrimFunc):
-        if not _static_params(func) or not self.may_take(func):
-            return None
-        func = UncheckedSchedule(func)
-    return super(type(self), self).apply(func, target, tunable)
-
-
-def _on_every_texture_target(rule_class: type, may_take=None) -> dlight.ScheduleRule:
-    """An instance of one of TVM's Adreno dlight rules that also schedules for
-    other texture targets, and only kernels of static shape, given as an
-    :data:`UncheckedSchedule` (the rule must take a Schedule for a PrimFunc,
-    as TVM's LayoutTransform does).  ``may_take(func)``, where given, is a
-    condition the rule itself requires, asked before a Schedule is built."""
-    return type(rule_class.__name__, (rule_class,), {
-        "is_target_available": _on_texture_target, "apply": _apply_if_static,
-        "may_take": staticmethod(may_take or (lambda func: True))})()
-
-
 def _first_block_is_a_layout_transform(func: tvm.tirx.PrimFunc) -> bool:
     """Required by TVM's Adreno LayoutTransform rule: the root's only child
     block is named ``te_layout_transform`` (so it is the first block met)."""
     blocks = _blocks(func)
-    return bool(blocks) and blocks[0].name_hint == "te_layout_transform"
+    return bool(blocks) and blocks[0].name_hint == LAYOUT_TRANSFORM_BLOCK
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:
@@ -279,6 +258,23 @@ class EpilogueConv2d(dlight.ScheduleRule):
         return schedule_packed_conv(sch)
 
 
+class PackedLayoutTransform(dlight.ScheduleRule):
+    """TVM's Adreno LayoutTransform rule as :mod:`texscope.backend.layout_schedule`
+    writes it (its thread split's guard appended once), for kernels of static
+    shape on every texture target."""
+
+    is_target_available = _on_texture_target
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target) \
+                or not _static_params(func) or not _first_block_is_a_layout_transform(func):
+            return None
+        try:
+            return schedule_layout_transform(UncheckedSchedule(func))
+        except s_tir.ScheduleError:
+            return None
+
+
 class _NoneOnScheduleError(dlight.ScheduleRule):
     """One of TVM's rules, declining (None) where it fails with one of
     ``errors`` (a ScheduleError by default); the next rule takes the kernel.
@@ -287,13 +283,6 @@ class _NoneOnScheduleError(dlight.ScheduleRule):
     threads and stops in ``bind`` ("does not have compact dataflow"), as it
     does on a conv of symbolic size with 27 or 36 products per output; the
     next rule (``dlight.gpu.Fallback``) schedules that kernel.
-
-    ``dlight.adreno.LayoutTransform``, where a transform's read and write
-    vectorize different loops and the read's vector is not the longer (float16
-    packing in hand_landmark_full and _lite), passes ``split`` a bare factor
-    (a TypeError) and would then vectorize a loop it never made: that branch
-    cannot work, so the kernel goes to texscope's TexelWriter or the Adreno
-    fallback.
     """
 
     def __init__(self, rule: dlight.ScheduleRule, errors: tuple = (s_tir.ScheduleError,)):
@@ -481,9 +470,7 @@ def schedule_rules() -> list:
     """The schedule rules, in the order they are tried (see the module docstring)."""
     return [
         EpilogueConv2d(),
-        _NoneOnScheduleError(_on_every_texture_target(dlight.adreno.LayoutTransform,
-                                                      _first_block_is_a_layout_transform),
-                             errors=(s_tir.ScheduleError, TypeError)),
+        PackedLayoutTransform(),
         TexelWriter(),
         TextureFallback(),
         # Kernels of no texture: TVM's generic GPU rules.
