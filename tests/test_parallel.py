@@ -11,7 +11,7 @@ from tvm.script import tirx as T
 import texscope
 from conftest import ADRENO, BeforeScheduling
 from texscope.backend import parallel
-from texscope.backend.build import build
+from texscope.backend.build import build, device_source
 from texscope.backend.schedule import ScheduleKernels, schedule_rules
 from texscope.models import zoo
 
@@ -71,27 +71,13 @@ def test_threads_schedule_as_dlights_apply_default_schedule_does():
     tvm.ir.assert_structural_equal(on_threads, expected)
 
 
-def _host_code(executable) -> str:
-    """The LLVM IR of the host functions (finalized on threads too)."""
-    found = []
-
-    def walk(module):
-        if module.kind == "llvm":
-            found.append(module.inspect_source())
-        for imported in module.imports:
-            walk(imported)
-
-    walk(executable.mod)
-    return "\n".join(found)
-
-
 @pytest.mark.parametrize("name", ["resnet", "mobilenet_v2"])
 def test_a_build_on_three_threads_equals_one_on_one(name):
     mod = zoo.NETWORKS[name]()
     one, three = build(mod, "adreno-opencl", jobs=1), build(mod, "adreno-opencl", jobs=3)
     assert (one.report.build["jobs"], three.report.build["jobs"]) == (1, 3)
     assert three.opencl_source == one.opencl_source
-    assert _host_code(three.executable) == _host_code(one.executable) != ""
+    assert device_source(three.executable, "llvm") == device_source(one.executable, "llvm") != ""
     assert three.executable.as_text() == one.executable.as_text()
     assert tvm_ffi.structural_equal(three.kernels, one.kernels)
     assert tvm_ffi.structural_equal(three.module, one.module)

@@ -229,11 +229,13 @@ class BuildResult:
         return out
 
 
-def device_source(executable) -> str:
+def device_source(executable, kind: str = "opencl") -> str:
+    """The source of the executable's modules of ``kind`` (OpenCL C; LLVM IR
+    for ``"llvm"``, the host code), joined."""
     sources = []
 
     def walk(module):
-        if module.kind == "opencl":
+        if module.kind == kind:
             sources.append(module.inspect_source())
         for sub in module.imports:
             walk(sub)
