@@ -22,9 +22,11 @@ def _conv_kernels(mod) -> list:
     capture = BeforeScheduling()
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(mod, "adreno-opencl")
+    # A conv with one product per output (a 1x1 depthwise conv) is
+    # element-wise by then (texscope.backend.unit_reduction): no conv to schedule.
     return [func for func in capture.module.functions.values()
             if isinstance(func, tvm.tirx.PrimFunc)
-            and conv_schedule.CONV_BLOCK in func.script()]
+            and conv_schedule.CONV_BLOCK in func.script() and schedule._reduces(func)]
 
 
 def _tvms_schedule(func):

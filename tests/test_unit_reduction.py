@@ -6,7 +6,9 @@ from tvm import relax
 from tvm.s_tir import dlight
 
 import texscope
+from conftest import BeforeScheduling
 from modules import unit_reductions as cases
+from texscope.backend import schedule
 from texscope.backend.unit_reduction import UnitReductionsAsElementWise
 from texscope.diagnostics import verify
 
@@ -51,3 +53,15 @@ def test_the_mean_of_a_mean_runs_on_opencl_as_on_the_cpu():
     result = texscope.opencl.run(texscope.build(cases.MeanOfMean, "adreno-opencl"), inputs)
     (expected,) = verify.reference_outputs(cases.MeanOfMean, inputs)
     np.testing.assert_allclose(result.outputs[0], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_conv_of_one_product_per_output_is_scheduled_as_element_wise_and_computes_the_cpus():
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        result = texscope.build(cases.DepthwiseScale, "adreno-opencl")
+    (conv,) = [f for g, f in capture.module.functions.items() if "conv2d" in g.name_hint]
+    assert not schedule._reduces(conv)
+    inputs = verify.random_inputs(cases.DepthwiseScale)
+    run = texscope.opencl.run(result, inputs)
+    (expected,) = verify.reference_outputs(cases.DepthwiseScale, inputs)
+    np.testing.assert_allclose(run.outputs[0], expected, rtol=1e-6, atol=1e-6)

@@ -61,3 +61,17 @@ class SumOverTwo:
                 with T.init():
                     b[v0, v1, v2, v3] = T.float32(0.0)
                 b[v0, v1, v2, v3] = b[v0, v1, v2, v3] + a[v0, v1, vk2, vk3]
+
+
+@I.ir_module
+class DepthwiseScale:
+    """A 1x1 depthwise conv: one product per output, a per-channel scale."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 6, 6), "float32"), w: R.Tensor((8, 1, 1, 1), "float32"),
+             b: R.Tensor((1, 8, 1, 1), "float32")):
+        with R.dataflow():
+            lv = R.nn.conv2d(x, w, groups=8)
+            gv = R.add(lv, b)
+            R.output(gv)
+        return gv
