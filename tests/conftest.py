@@ -148,3 +148,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "real_models" in item.keywords and "default_run" not in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def split_recorder(monkeypatch):
+    """``start()`` records, from then on, whether each split of texscope's
+    schedules ran unguarded (``disable_predication``); returns the list."""
+    from texscope.backend.schedule import UncheckedSchedule
+
+    def start() -> list:
+        calls = []
+        split = UncheckedSchedule.split
+
+        def recording(self, loop, factors, preserve_unit_iters=True, disable_predication=False):
+            calls.append(disable_predication)
+            return split(self, loop, factors, preserve_unit_iters, disable_predication)
+
+        monkeypatch.setattr(UncheckedSchedule, "split", recording)
+        return calls
+
+    return start

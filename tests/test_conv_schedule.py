@@ -89,18 +89,11 @@ def test_a_real_models_convs_get_tvms_schedule(mediapipe, name):
     _assert_tvms_schedule(_conv_kernels(load_tflite(mediapipe[name])))
 
 
-def test_no_split_of_the_conv_schedule_guards_the_blocks_itself(monkeypatch):
+def test_no_split_of_the_conv_schedule_guards_the_blocks_itself(split_recorder):
     """The guards go on in one replacement: each split alone would simplify
     the block's bindings under its guard (most of a conv's schedule time)."""
-    calls = []
-    split = schedule.UncheckedSchedule.split
-
-    def recording(self, loop, factors, preserve_unit_iters=True, disable_predication=False):
-        calls.append(disable_predication)
-        return split(self, loop, factors, preserve_unit_iters, disable_predication)
-
     kernels = _conv_kernels(zoo.NETWORKS["resnet"]())
-    monkeypatch.setattr(schedule.UncheckedSchedule, "split", recording)
+    calls = split_recorder()
     with ADRENO:
         for func in kernels:
             EpilogueConv2d().apply(func, ADRENO, False)

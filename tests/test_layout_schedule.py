@@ -70,18 +70,11 @@ def test_where_tvms_rule_fails_the_kernel_is_declined_for_the_next_rule():
         assert schedule.PackedLayoutTransform().apply(func, ADRENO, False) is None
 
 
-def test_the_thread_split_does_not_guard_the_blocks_itself(monkeypatch):
+def test_the_thread_split_does_not_guard_the_blocks_itself(split_recorder):
     """Its guard goes on in one replacement: split would simplify the
     bindings under it (most of TVM's rule's time)."""
-    calls = []
-    split = schedule.UncheckedSchedule.split
-
-    def recording(self, loop, factors, preserve_unit_iters=True, disable_predication=False):
-        calls.append(disable_predication)
-        return split(self, loop, factors, preserve_unit_iters, disable_predication)
-
     kernels = _layout_transforms(zoo.NETWORKS["inception"]())
-    monkeypatch.setattr(schedule.UncheckedSchedule, "split", recording)
+    calls = split_recorder()
     with ADRENO:
         taken = [schedule.PackedLayoutTransform().apply(f, ADRENO, False) for f in kernels]
     assert any(taken) and calls.count(True) == sum(1 for t in taken if t is not None)
