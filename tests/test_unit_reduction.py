@@ -2,7 +2,7 @@
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, s_tir
 from tvm.s_tir import dlight
 
 import texscope
@@ -14,8 +14,11 @@ from texscope.diagnostics import verify
 
 
 def test_a_sum_over_unit_axes_becomes_element_wise():
+    before = tvm.ir.load_json(tvm.ir.save_json(cases.UnitSum))
     out = UnitReductionsAsElementWise(cases.UnitSum)
+    assert s_tir.analysis.verify_well_formed(out)
     tvm.ir.assert_structural_equal(out, cases.UnitSumElementWise)
+    tvm.ir.assert_structural_equal(cases.UnitSum, before)
 
 
 def test_a_reduction_of_two_steps_is_left_alone():

@@ -63,9 +63,7 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         """Size in bytes, 0 when the shape is symbolic."""
-        if self.shape is None:
-            return 0
-        return math.prod(self.shape) * tvm.DataType(self.dtype).bits // 8
+        return 0 if self.shape is None else nbytes(self.shape, self.dtype)
 
 
 @attrs.frozen
@@ -177,9 +175,6 @@ def nbytes(shape, dtype) -> int:
 def static_bytes(ty) -> int:
     """Bytes of the tensors of a type (through tuples); a tensor of symbolic
     or unknown shape counts 0."""
-    if isinstance(ty, relax.TensorType):  # most calls: one tensor
-        shape = static_shape(ty)
-        return 0 if shape is None else nbytes(shape, ty.dtype)
     return sum(nbytes(shape, tensor.dtype) for tensor in tensor_types(ty)
                if (shape := static_shape(tensor)) is not None)
 
