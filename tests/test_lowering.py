@@ -104,6 +104,22 @@ def test_a_real_models_buffers_are_compacted_as_tvm_compacts_them(mediapipe, nam
     _assert_compacted_as_tvm_does(load_tflite(mediapipe[name]))
 
 
+def test_a_kernel_allocating_nothing_skips_compaction(monkeypatch):
+    """The pool of the inception block allocates no buffer: TVM's pass would
+    return it unchanged (the tests above compare every kernel), so it is
+    not run."""
+    kernels = _kernels_before_compaction(zoo.NETWORKS["inception"]())
+    bare = [func for _, func in kernels if not lowering._allocated_scopes(func)]
+    assert bare
+
+    def refuse(_mod):
+        raise AssertionError("TVM's compaction run on a kernel allocating nothing")
+
+    monkeypatch.setattr(lowering, "_COMPACT", refuse)
+    for func in bare:
+        assert lowering._compacted(func).same_as(func)
+
+
 def test_a_kernel_sharing_memory_keeps_tvms_compaction(monkeypatch):
     kernels = _kernels_before_compaction(zoo.NETWORKS["inception"]())
     shared = [func for _, func in kernels if "shared" in lowering._allocated_scopes(func)]

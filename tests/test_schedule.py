@@ -121,6 +121,50 @@ def test_rules_decline_what_they_cannot_take_before_building_a_schedule(monkeypa
         assert TextureFallback().apply(buffers_only, ADRENO, False) is None
 
 
+def _inception_kernels_before_scheduling() -> dict:
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
+    return {g.name_hint: f for g, f in capture.module.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def test_texture_rules_decline_a_kernel_reading_a_texture_into_a_buffer(monkeypatch):
+    """The inception block's pool reads a texture and writes a buffer: the
+    texel writer and the Adreno fallback decline it from its blocks."""
+    pool = _inception_kernels_before_scheduling()["max_pool2d"]
+    assert schedule._texture_params(pool)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a Schedule was built for a kernel storing into no texture")
+
+    monkeypatch.setattr(schedule.UncheckedSchedule, "__init__", refuse)
+    with ADRENO:
+        assert TexelWriter().apply(pool, ADRENO, False) is None
+        assert TextureFallback().apply(pool, ADRENO, False) is None
+
+
+def test_the_row_reduction_rule_is_not_asked_about_two_reductions():
+    """A softmax reduces twice (its max, then its sum): TVM's Reduction rule
+    declines it, after its analyses; here it is not asked."""
+    softmax = _inception_kernels_before_scheduling()["softmax"]
+    asked = []
+
+    class Recording(dlight.gpu.Reduction):
+        def apply(self, func, target, tunable):
+            asked.append(func)
+            return super().apply(func, target, tunable)
+
+    target = tvm.target.Target("opencl")
+    with target:
+        assert schedule._reducing_blocks(softmax) == 2
+        assert dlight.gpu.Reduction().apply(softmax, target, False) is None
+        assert schedule._OnReductions(Recording(), most_blocks=1).apply(
+            softmax, target, False) is None
+        assert schedule._OnReductions(Recording()).apply(softmax, target, False) is None
+    assert len(asked) == 1
+
+
 def test_the_data_pad_check_asks_for_a_select_before_analysing_a_block(monkeypatch):
     """Every block of the zoo's kernels gets dlight's answer; a block without
     a select gets it without dlight's block analysis."""

@@ -23,7 +23,8 @@ and put back after.  Without them a region can only be wider, so a buffer
 never comes out too small; on every kernel of the zoo and of the MediaPipe
 models it comes out the size TVM makes it (a test compares them).  Kernels
 with shared memory, where a guard on the threads may bound what a block
-shares, keep TVM's pass.
+shares, keep TVM's pass; kernels allocating nothing skip it (it would return
+them unchanged).
 """
 
 from __future__ import annotations
@@ -96,7 +97,12 @@ def _predicates_restored(func: tirx.PrimFunc, predicates: dict) -> tirx.PrimFunc
 
 
 def _compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    if _allocated_scopes(func) - {"local", "global"}:
+    scopes = _allocated_scopes(func)
+    if not scopes:
+        # The pass resizes allocated buffers only; its analysis of every
+        # access still costs up to 3 ms a kernel (a pool's window).
+        return func
+    if scopes - {"local", "global"}:
         return _COMPACT(tvm.IRModule({"main": func}))["main"]
     unguarded = _predicates_set_aside(func)
     if unguarded is None:

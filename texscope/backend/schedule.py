@@ -126,7 +126,10 @@ class TexelWriter(dlight.ScheduleRule):
     def apply(self, func, target, _tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
             return None
-        if not _texture_params(func):
+        # Inlining removes blocks, never a write: a kernel no block of which
+        # stores into a texture parameter (a pool writing a buffer) is one
+        # this rule would decline after its inlining.
+        if not _blocks_storing_into(func, _texture_params(func)):
             return None
         try:
             return self._schedule(UncheckedSchedule(func), func.params, target)
@@ -319,36 +322,56 @@ def _blocks(func: tvm.tirx.PrimFunc) -> list:
     return [block for block in found if block.name_hint != "root"]
 
 
+def _reducing_blocks(func: tvm.tirx.PrimFunc) -> int:
+    """How many blocks of ``func`` have a reduction iterator."""
+    return sum(any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars)
+               for block in _blocks(func))
+
+
 def _reduces(func: tvm.tirx.PrimFunc) -> bool:
     """Whether some block of ``func`` has a reduction iterator."""
-    return any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce
-               for block in _blocks(func) for iv in block.iter_vars)
+    return _reducing_blocks(func) > 0
 
 
-def _holds_texture(func: tvm.tirx.PrimFunc) -> bool:
-    """Whether a parameter or a block's buffer of ``func`` is a texture."""
-    return bool(_texture_params(func)) or any(
-        is_texture_scope(buffer.scope()) for block in _blocks(func) for buffer in block.alloc_buffers)
+def _blocks_storing_into(func: tvm.tirx.PrimFunc, buffers: list) -> list:
+    """The blocks of ``func`` writing one of ``buffers``."""
+    return [block for block in _blocks(func)
+            if any(region.source.same_as(b) for region in block.writes for b in buffers)]
+
+
+def _first_writes_into_texture(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether some block's first write goes to a texture (what TVM's Adreno
+    fallback asks of the blocks under the root, asked of all)."""
+    return any(block.writes and is_texture_scope(block.writes[0].source.scope())
+               for block in _blocks(func))
 
 
 class _OnReductions(dlight.ScheduleRule):
-    """One of TVM's reduction rules, offered only kernels that reduce.
+    """One of TVM's reduction rules, offered only kernels that reduce (in at
+    most ``most_blocks`` blocks, where given).
 
     ``dlight.gpu.Reduction`` declines a kernel with no reduction iterator
     only after normalizing it and trying to inline its blocks (2-7 ms a
     kernel, as long as the schedule that follows); ``GeneralReduction``
     likewise, except for a scalar-writing kernel, which the fallback
     schedules as well.  Spatial kernels go straight to the next rule.
+    ``Reduction`` takes one reduction block and at most one injective block
+    after it, so it declines, as late, a kernel reducing in two blocks
+    (softmax: a max, then a sum).
     """
 
-    def __init__(self, rule: dlight.ScheduleRule):
+    def __init__(self, rule: dlight.ScheduleRule, most_blocks: int | None = None):
         self.rule = rule
+        self.most_blocks = most_blocks
 
     def is_target_available(self, target) -> bool:
         return self.rule.is_target_available(target)
 
     def apply(self, func, target, tunable):
-        if not isinstance(func, tvm.tirx.PrimFunc) or not _reduces(func):
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            return None
+        reducing = _reducing_blocks(func)
+        if reducing == 0 or (self.most_blocks is not None and reducing > self.most_blocks):
             return None
         return self.rule.apply(func, target, tunable)
 
@@ -366,7 +389,7 @@ class TextureFallback(dlight.adreno.Fallback):
 
     def apply(self, func, target, _tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target) \
-                or not _static_params(func) or not _holds_texture(func):
+                or not _static_params(func) or not _first_writes_into_texture(func):
             return None
         sch = UncheckedSchedule(func)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
@@ -474,7 +497,7 @@ def schedule_rules() -> list:
         TexelWriter(),
         TextureFallback(),
         # Kernels of no texture: TVM's generic GPU rules.
-        _OnReductions(dlight.gpu.Reduction()),
+        _OnReductions(dlight.gpu.Reduction(), most_blocks=1),
         _OnReductions(_NoneOnScheduleError(dlight.gpu.GeneralReduction())),
         dlight.gpu.Fallback(),
     ]
