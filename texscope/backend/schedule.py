@@ -43,23 +43,24 @@ def _is_type_checked(method) -> bool:
             and code.co_filename == _type_checker.__file__)
 
 
-# TVM checks every Schedule method's arguments against its annotations in
-# Python (inspect.signature.bind, then a walk of typing hints) before calling
-# into C++: on a 58-kernel model that is most of the time spent scheduling.
-# The rules here pass TVM's own objects, so a schedule of this class calls
-# the primitives directly; what they compute is the same.
 _traced_schedule = tvm.get_global_func("s_tir.schedule.TracedSchedule")
 
 
 def _schedule_of(self, func: tvm.tirx.PrimFunc) -> None:
     """``Schedule(func)`` with TVM's defaults (no seed, no debug checks,
-    detailed errors, prerequisite checks on), built by a call of TVM's
-    constructor function: a call releases the GIL while the C++ analyses the
-    kernel (about a millisecond a conv), Python's object construction holds
-    it, and kernels are scheduled on several threads."""
+    detailed errors, prerequisite checks on), made by a call of TVM's
+    constructor function.  TVM's ``Schedule.__init__`` makes it through
+    ``__init_handle_by_constructor__``, which holds the GIL while the C++
+    analyses the kernel (about a millisecond a conv); a function call
+    releases it, and kernels are scheduled on several threads."""
     self.__move_handle_from__(_traced_schedule(tvm.IRModule({"main": func}), -1, 0, 0, True))
 
 
+# TVM checks every Schedule method's arguments against its annotations in
+# Python (inspect.signature.bind, then a walk of typing hints) before calling
+# into C++: on a 58-kernel model that is most of the time spent scheduling.
+# The rules here pass TVM's own objects, so a schedule of this class calls
+# the primitives directly; what they compute is the same.
 UncheckedSchedule = type("UncheckedSchedule", (s_tir.Schedule,), {
     **{name: method.__wrapped__ for name, method in vars(s_tir.Schedule).items()
        if _is_type_checked(method)},
