@@ -56,8 +56,13 @@ def test_a_mediapipe_model_imports_with_its_nhwc_input(mediapipe, name):
 @pytest.mark.parametrize("name", sorted(UNIMPORTABLE))
 def test_a_model_the_frontend_cannot_read_is_an_error_naming_the_operator(mediapipe, name):
     with pytest.raises(TexscopeError, match=f"^{mediapipe[name]}: TVM's TFLite frontend "
-                       + UNIMPORTABLE[name]):
+                       + UNIMPORTABLE[name]) as failed:
         load_tflite(mediapipe[name])
+    if "failed on" in UNIMPORTABLE[name]:
+        # The frontend's own error stays the cause, without the traceback
+        # whose frames hold the frontend's half-built module.
+        assert isinstance(failed.value.__cause__, TypeError)
+        assert failed.value.__cause__.__traceback__ is None
 
 
 def test_a_weight_that_operators_share_is_converted_once(mediapipe):
@@ -70,15 +75,20 @@ def test_a_weight_that_operators_share_is_converted_once(mediapipe):
     assert len(calls) == 352 and max(repeated.values()) == 1
 
 
-def test_the_command_prints_one_line_and_writes_nothing(mediapipe, tmp_path):
+@pytest.mark.parametrize("name, named", [
+    ("selfie_segmentation", "Convolution2DTransposeBias"),  # refused before the frontend runs
+    # The frontend fails half-way: its BlockBuilder, freed later, warns from C++.
+    ("pose_detection", "failed on operator DEQUANTIZE"),
+])
+def test_the_command_prints_one_line_and_writes_nothing(mediapipe, tmp_path, name, named):
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "texscope", "build", str(mediapipe["selfie_segmentation"]),
+        [sys.executable, "-m", "texscope", "build", str(mediapipe[name]),
          "-o", str(out)], capture_output=True, text=True, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("texscope: error: ") and "Convolution2DTransposeBias" in line
+    assert line.startswith("texscope: error: ") and named in line
     assert not out.exists()
 
 

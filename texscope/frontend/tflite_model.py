@@ -11,7 +11,6 @@ operator whose converter failed.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import TexscopeError
+from ..ir.quiet import quiet_native_stderr
 from ..ir.rebuild import bound_call, rewrite_bindings
 
 # A TFLite flatbuffer carries this file identifier at bytes 4..8.
@@ -69,15 +69,15 @@ def _sparse_tensors(model) -> int:
                for t in range(model.Subgraphs(s).TensorsLength()))
 
 
-def _failing_operator(tflite, model, traceback) -> str | None:
+def _failing_operator(tflite, model, trace) -> str | None:
     """The operator the frontend was converting when it failed, from its
     ``convert_op_to_relax`` frame (the loop over the model's operators)."""
     operator = None
-    while traceback is not None:
-        frame = traceback.tb_frame
+    while trace is not None:
+        frame = trace.tb_frame
         if frame.f_code.co_name == "convert_op_to_relax" and "op" in frame.f_locals:
             operator = frame.f_locals["op"]
-        traceback = traceback.tb_next
+        trace = trace.tb_next
     if operator is None:
         return None
     name = _operator_name(tflite, model, operator)
@@ -120,20 +120,37 @@ def load_tflite(path) -> tvm.IRModule:
     if custom:
         listed = ", ".join(f"{name} (x{count})" for name, count in sorted(custom.items()))
         raise TexscopeError(f"{file}: TVM's TFLite frontend does not convert custom operators: {listed}")
-    try:
-        mod = from_tflite(model)
-    except Exception as err:  # the frontend raises anything; name where it was
-        operator = _failing_operator(tflite, model, sys.exc_info()[2])
-        where = f"operator {operator}" if operator else "the model"
-        note = ""
-        if _sparse_tensors(model):
-            note = (f" (the model has {_sparse_tensors(model)} sparse tensors, expanded by "
-                    "DENSIFY at run time: the operator's input is not stored dense)")
-        raise TexscopeError(f"{file}: TVM's TFLite frontend failed on {where}: "
-                            f"{type(err).__name__}: {err}{note}") from err
+    failure = None
+    # A frontend failing half-way leaves a BlockBuilder in its frames, whose
+    # C++ warns ("destroyed with remaining blocks") when it is freed.  The
+    # error keeps its cause but not the cause's traceback, so the frames are
+    # freed here, where that line is dropped, not after the error is reported.
+    with quiet_native_stderr():
+        try:
+            mod = from_tflite(model)
+        except Exception as err:  # the frontend raises anything; name where it was
+            failure = _frontend_failure(file, tflite, model, err)
+            err.with_traceback(None)
+    if failure is not None:
+        raise failure
     # Operators sharing a weight tensor each get the frontend's conversion of
     # it (an astype per use, face_landmark: 17): one computes it for all.
     return relax.transform.EliminateCommonSubexpr()(_rewrite_flattened_prelu()(mod))
+
+
+def _frontend_failure(file: Path, tflite, model, err: Exception) -> TexscopeError:
+    """The error naming the operator whose conversion raised ``err`` (its
+    cause), and the model's sparse tensors where it has some."""
+    operator = _failing_operator(tflite, model, err.__traceback__)
+    where = f"operator {operator}" if operator else "the model"
+    note = ""
+    if _sparse_tensors(model):
+        note = (f" (the model has {_sparse_tensors(model)} sparse tensors, expanded by "
+                "DENSIFY at run time: the operator's input is not stored dense)")
+    failure = TexscopeError(f"{file}: TVM's TFLite frontend failed on {where}: "
+                            f"{type(err).__name__}: {err}{note}")
+    failure.__cause__ = err
+    return failure
 
 
 def _rewrite_flattened_prelu() -> tvm.ir.transform.Pass:
