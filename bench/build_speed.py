@@ -158,7 +158,9 @@ def main(argv=None) -> None:
         try:
             mod = load()
         except Exception as err:  # the importer's own errors: report, go on
-            print(f"{name:<34} skipped: {type(err).__name__}: {str(err).splitlines()[0][:60]}")
+            # The error names the file first; the row names the model.
+            reason = str(err).splitlines()[0].split(".tflite: ", 1)[-1]
+            print(f"{name:<34} skipped: {type(err).__name__}: {reason[:110]}")
             continue
         figures = measure(mod, args.repeat)
         saved[name] = figures

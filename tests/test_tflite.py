@@ -4,6 +4,7 @@ convs of any layout, channel count and groups pack."""
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import tvm
@@ -177,3 +178,15 @@ def test_a_bias_and_prelu_stay_packed_and_fuse_into_the_conv_on_opencl():
     run = opencl.run(result, inputs)
     check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs), rtol=1e-4, atol=1e-4)
     assert check.ok and run.copies == 0, check
+
+
+@pytest.mark.parametrize("bench", ["build_speed.py", "memory.py"])
+def test_the_benches_say_why_a_model_is_skipped(mediapipe, bench):
+    """A model TVM's frontend cannot read is a row with the reason, not the
+    file's path cut short, and no line of TVM's C++ log."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "bench" / bench), "pose_detection"],
+                          capture_output=True, text=True, check=True, cwd=root)
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("pose_detection")]
+    assert "skipped: TexscopeError: TVM's TFLite frontend failed on operator DEQUANTIZE" in row
+    assert "BlockBuilder" not in done.stderr
