@@ -38,6 +38,24 @@ def test_calls_with_constants_are_legalized_once_per_signature():
     assert out.script() == expected.script()  # parameter names too
 
 
+def test_a_repeat_calls_the_first_kernel_while_it_is_unchanged(monkeypatch):
+    """The bias adds b and c repeat a's legalization: a's PrimFunc is still in
+    the builder as it was added, so they call it without a renamed copy being
+    added (which the builder would have matched to a's, after hashing it)."""
+    from texscope.rewrites import legalize_once
+
+    renamed = []
+    named_after = legalize_once._named_after
+    monkeypatch.setattr(legalize_once, "_named_after",
+                        lambda func, operands: renamed.append(func) or named_after(func, operands))
+    table = {op: once_per_signature(tvm.ir.Op.get(op).get_attr("FLegalize"))
+             for op in ("relax.add", "relax.maximum")}
+    out = run_pass(relax.transform.LegalizeOps(table), cases.SharedSignatures)
+    assert renamed == []
+    expected = relax.transform.LegalizeOps()(cases.SharedSignatures)
+    assert out.script() == expected.script()
+
+
 def _variables_only(legalization):
     """What stage 1 did before: a call of variables only calls the PrimFunc of
     an earlier one with the same attributes and types; every other call is

@@ -10,13 +10,14 @@ were cached:
 
 * a call of variables only calls the PrimFunc of the first such call;
 * any other call (a constant bias, a scalar, a tuple of indices), which was
-  legalized anew, adds the first call's PrimFunc again with its tensor
-  parameters named after this call's variables, as ``call_te`` names them.
-  The BlockBuilder then does what it did with the PrimFunc legalized anew:
-  returns the first call's GlobalVar where that PrimFunc is unchanged, or a
-  fresh name where stage 1 has recorded attributes on it since
-  (:func:`texscope.convert_layout.merge_identical_prim_funcs` merges those
-  copies afterwards).
+  legalized anew, calls the first call's PrimFunc while the builder holds it
+  as it was added: the builder would return that GlobalVar for the PrimFunc
+  legalized anew, which differs in parameter names only.  Where stage 1 has
+  recorded attributes on it since, the call adds the PrimFunc again with its
+  tensor parameters named after this call's variables, as ``call_te`` names
+  them, and the builder gives it a fresh name, as it did the PrimFunc
+  legalized anew (:func:`texscope.convert_layout.merge_identical_prim_funcs`
+  merges those copies afterwards).
 
 A legalization that is not one ``call_tir`` of the call's own arguments
 through one PrimFunc it added is run for every call.
@@ -108,7 +109,14 @@ class _Legalized:
 
     def repeat(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Call:
         operands = [call.args[i] for i in self.positions]
-        gvar = bb.add_func(_named_after(self.prim_func, operands), self.name_hint)
+        first = self.lowered.args[0]
+        if bb.get()[first].same_as(self.prim_func):
+            # The first call's PrimFunc is still there as added: the builder
+            # would return its GlobalVar for this copy, which differs in
+            # parameter names only, after renaming and hashing the kernel.
+            gvar = first
+        else:
+            gvar = bb.add_func(_named_after(self.prim_func, operands), self.name_hint)
         return relax.Call(self.lowered.op, [gvar, relax.Tuple(operands)],
                           self.lowered.attrs, self.lowered.ty_args)
 
