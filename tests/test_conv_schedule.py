@@ -26,7 +26,7 @@ def _conv_kernels(mod) -> list:
     # element-wise by then (texscope.backend.unit_reduction): no conv to schedule.
     return [func for func in capture.module.functions.values()
             if isinstance(func, tvm.tirx.PrimFunc)
-            and conv_schedule.CONV_BLOCK in func.script() and schedule._reduces(func)]
+            and conv_schedule.CONV_BLOCK in func.script() and schedule._reducing_blocks(func)]
 
 
 def _tvms_schedule(func):

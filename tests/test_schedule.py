@@ -305,7 +305,7 @@ def test_reduction_rules_see_only_kernels_that_reduce():
         blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
         reduces = any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce
                       for block in blocks for iv in block.iter_vars)
-        assert schedule._reduces(func) == reduces
+        assert (schedule._reducing_blocks(func) > 0) == reduces
         with target:
             ours = wrapped.apply(func, target, False)
             theirs = dlight.gpu.Reduction().apply(func, target, False)

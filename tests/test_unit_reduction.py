@@ -63,7 +63,7 @@ def test_a_conv_of_one_product_per_output_is_scheduled_as_element_wise_and_compu
     with tvm.transform.PassContext(instruments=[capture]):
         result = texscope.build(cases.DepthwiseScale, "adreno-opencl")
     (conv,) = [f for g, f in capture.module.functions.items() if "conv2d" in g.name_hint]
-    assert not schedule._reduces(conv)
+    assert not schedule._reducing_blocks(conv)
     inputs = verify.random_inputs(cases.DepthwiseScale)
     run = texscope.opencl.run(result, inputs)
     (expected,) = verify.reference_outputs(cases.DepthwiseScale, inputs)

@@ -144,7 +144,7 @@ class TexelWriter(dlight.ScheduleRule):
         # Inlining removes blocks, never a write: a kernel no block of which
         # stores into a texture parameter (a pool writing a buffer) is one
         # this rule would decline after its inlining.
-        if not _blocks_storing_into(func, _texture_params(func)):
+        if not _stores_into(func, _texture_params(func)):
             return None
         try:
             return self._schedule(UncheckedSchedule(func), func.params, target)
@@ -343,15 +343,10 @@ def _reducing_blocks(func: tvm.tirx.PrimFunc) -> int:
                for block in _blocks(func))
 
 
-def _reduces(func: tvm.tirx.PrimFunc) -> bool:
-    """Whether some block of ``func`` has a reduction iterator."""
-    return _reducing_blocks(func) > 0
-
-
-def _blocks_storing_into(func: tvm.tirx.PrimFunc, buffers: list) -> list:
-    """The blocks of ``func`` writing one of ``buffers``."""
-    return [block for block in _blocks(func)
-            if any(region.source.same_as(b) for region in block.writes for b in buffers)]
+def _stores_into(func: tvm.tirx.PrimFunc, buffers: list) -> bool:
+    """Whether some block of ``func`` writes one of ``buffers``."""
+    return any(region.source.same_as(b)
+               for block in _blocks(func) for region in block.writes for b in buffers)
 
 
 def _first_writes_into_texture(func: tvm.tirx.PrimFunc) -> bool:

@@ -143,10 +143,9 @@ def _frontend_failure(file: Path, tflite, model, err: Exception) -> TexscopeErro
     cause), and the model's sparse tensors where it has some."""
     operator = _failing_operator(tflite, model, err.__traceback__)
     where = f"operator {operator}" if operator else "the model"
-    note = ""
-    if _sparse_tensors(model):
-        note = (f" (the model has {_sparse_tensors(model)} sparse tensors, expanded by "
-                "DENSIFY at run time: the operator's input is not stored dense)")
+    sparse = _sparse_tensors(model)
+    note = (f" (the model has {sparse} sparse tensors, expanded by DENSIFY at run time: "
+            "the operator's input is not stored dense)") if sparse else ""
     failure = TexscopeError(f"{file}: TVM's TFLite frontend failed on {where}: "
                             f"{type(err).__name__}: {err}{note}")
     failure.__cause__ = err
