@@ -11,7 +11,7 @@ from tvm.script import tirx as T
 
 import texscope
 from conftest import ADRENO, BeforeScheduling
-from texscope.backend import parallel
+from texscope.backend import parallel, schedule
 from texscope.backend.build import build, device_source
 from texscope.backend.schedule import ScheduleKernels, UncheckedSchedule, schedule_rules
 from texscope.models import zoo
@@ -70,6 +70,33 @@ def test_threads_schedule_as_dlights_apply_default_schedule_does():
     assert len([f for f in capture.module.functions.values()
                 if isinstance(f, tvm.tirx.PrimFunc)]) > 3
     tvm.ir.assert_structural_equal(on_threads, expected)
+    assert [g.name_hint for g in on_threads.functions] == [g.name_hint for g in expected.functions]
+
+
+def test_kernels_with_reductions_are_handed_to_the_threads_first(monkeypatch):
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
+    handed = []
+
+    def recording(fn, items, jobs, **kwargs):
+        handed.extend(gvar.name_hint for gvar, _ in items)
+        return parallel.map_in_order(fn, items, jobs, **kwargs)
+
+    monkeypatch.setattr(schedule, "map_in_order", recording)
+    with ADRENO:
+        ScheduleKernels(*schedule_rules(), jobs=2)(capture.module)
+    # In the module, layout transforms come between the pool, the softmax and
+    # the convs (10-20 ms each to schedule).  Handed out: the softmax (two
+    # reduction blocks), then the pool and the convs (one), then the rest,
+    # each group in module order.
+    in_module = [g.name_hint for g, f in capture.module.functions.items()
+                 if isinstance(f, tvm.tirx.PrimFunc)]
+    one = ["max_pool2d", "conv2d_NCHWc_OIHWo_opencl", "conv2d_NCHWc_OIHWo_opencl1"]
+    assert handed[0] == "softmax"
+    assert handed[1:4] == [name for name in in_module if name in one]
+    assert handed[4:] == [name for name in in_module if name not in one + ["softmax"]]
+    assert in_module[:4] != handed[:4]
 
 
 @pytest.mark.parametrize("name", ["resnet", "mobilenet_v2"])
