@@ -46,7 +46,7 @@ import tvm
 
 import texscope
 from texscope.models import corpus, zoo
-from texscope.frontend.tflite_model import load_tflite
+from texscope.frontend.tflite_model import failure_reason, load_tflite
 try:
     from texscope.backend.memory import MemoryCapture, device_memory
     from texscope.diagnostics.pass_timing import render
@@ -158,9 +158,7 @@ def main(argv=None) -> None:
         try:
             mod = load()
         except Exception as err:  # the importer's own errors: report, go on
-            # The error names the file first; the row names the model.
-            reason = str(err).splitlines()[0].split(".tflite: ", 1)[-1]
-            print(f"{name:<34} skipped: {type(err).__name__}: {reason[:110]}")
+            print(f"{name:<34} skipped: {type(err).__name__}: {failure_reason(err)[:110]}")
             continue
         figures = measure(mod, args.repeat)
         saved[name] = figures

@@ -52,7 +52,7 @@ from texscope.backend import upstream
 from texscope.backend.memory import (TVM_PLANNER, MemoryCapture, buffers_as_images_peak,
                                      device_memory)
 from texscope.backend.storage_plan import PlanStorages
-from texscope.frontend.tflite_model import load_tflite
+from texscope.frontend.tflite_model import failure_reason, load_tflite
 from texscope.knowledge.targets import texture_target
 from texscope.models import corpus, zoo
 
@@ -152,9 +152,7 @@ def main(argv=None) -> None:
         try:
             mod = load()
         except Exception as err:  # the importer's own errors: report, go on
-            # The error names the file first; the row names the model.
-            reason = str(err).splitlines()[0].split(".tflite: ", 1)[-1]
-            print(f"{name:<30} skipped: {type(err).__name__}: {reason[:110]}")
+            print(f"{name:<30} skipped: {type(err).__name__}: {failure_reason(err)[:110]}")
             continue
         r = row(mod)
         base = r["all-buffer"]

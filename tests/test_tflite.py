@@ -19,7 +19,7 @@ from texscope.errors import TexscopeError
 from texscope.ir.graph import relax_bindings
 from texscope.rewrites.broadcast_rank import ExpandBroadcastRank
 from texscope.opencl.source import kernel_signatures
-from texscope.frontend.tflite_model import _rewrite_flattened_prelu, load_tflite
+from texscope.frontend.tflite_model import _rewrite_flattened_prelu, failure_reason, load_tflite
 
 from conftest import run_pass
 from modules import odd_convs
@@ -190,3 +190,13 @@ def test_the_benches_say_why_a_model_is_skipped(mediapipe, bench):
     (row,) = [line for line in done.stdout.splitlines() if line.startswith("pose_detection")]
     assert "skipped: TexscopeError: TVM's TFLite frontend failed on operator DEQUANTIZE" in row
     assert "BlockBuilder" not in done.stderr
+
+
+def test_the_failure_reason_leaves_out_the_file(tmp_path):
+    bad = tmp_path / "dir.tflite" / "model.tflite"
+    bad.parent.mkdir()
+    bad.write_bytes(b"\0" * 16)
+    with pytest.raises(texscope.TexscopeError) as caught:
+        load_tflite(bad)
+    assert str(caught.value).startswith(f"{bad}: ")
+    assert failure_reason(caught.value) == "not a TFLite flatbuffer (no TFL3 identifier)"

@@ -138,6 +138,12 @@ def load_tflite(path) -> tvm.IRModule:
     return relax.transform.EliminateCommonSubexpr()(_rewrite_flattened_prelu()(mod))
 
 
+def failure_reason(err: Exception) -> str:
+    """The first line of :func:`load_tflite`'s error without the file it names
+    (for a table that names the model already)."""
+    return str(err).splitlines()[0].split(".tflite: ", 1)[-1]
+
+
 def _frontend_failure(file: Path, tflite, model, err: Exception) -> TexscopeError:
     """The error naming the operator whose conversion raised ``err`` (its
     cause), and the model's sparse tensors where it has some."""
