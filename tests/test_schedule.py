@@ -17,6 +17,7 @@ import tvm_ffi
 from texscope.backend import schedule
 from texscope.backend.schedule import EpilogueConv2d, TexelWriter, TextureFallback
 from tvm.s_tir import dlight
+from tvm.script import tirx as T
 from texscope.models import zoo
 from tvm.s_tir.schedule import _type_checker
 from test_opencl_run import assert_close, run_and_compare
@@ -342,3 +343,99 @@ def test_the_texel_writer_guards_its_thread_split_as_split_does(mod, monkeypatch
     assert any(g is not None for g in guards)
     for a, b in taken:
         tvm.ir.assert_structural_equal(a.mod, b.mod)
+
+
+def _kernels_before_scheduling(*names: str) -> list:
+    kernels = []
+    for name in names:
+        capture = BeforeScheduling()
+        with tvm.transform.PassContext(instruments=[capture]):
+            texscope.build(zoo.NETWORKS[name](), "adreno-opencl")
+        kernels += [f for f in capture.module.functions.values()
+                    if isinstance(f, tvm.tirx.PrimFunc)]
+    return kernels
+
+
+def test_reduction_rules_are_spared_kernels_whose_form_they_decline():
+    """What ``Reduction`` and ``GeneralReduction`` need, asked of the blocks
+    first: where the answer is no, TVM's rule declines the kernel too (on
+    every reducing kernel of the inception block and the MobileNetV2-style
+    network), and the wrapped rule is not asked; the max pool is spared
+    both."""
+    target = tvm.target.Target("opencl")
+    general = schedule._NoneOnScheduleError(dlight.gpu.GeneralReduction())
+    asked = []
+
+    class Recording(dlight.ScheduleRule):
+        def __init__(self, rule):
+            self.rule = rule
+
+        def is_target_available(self, target):
+            return self.rule.is_target_available(target)
+
+        def apply(self, func, target, tunable):
+            asked.append((type(self.rule).__name__, func))
+            return self.rule.apply(func, target, tunable)
+
+    row = schedule._OnReductions(Recording(dlight.gpu.Reduction()), most_blocks=1,
+                                 needs=schedule.sums_into_itself)
+    rest = schedule._OnReductions(Recording(general),
+                                  needs=schedule.ends_in_an_element_wise_block)
+    reducing, spared = 0, {"row": 0, "rest": 0}
+    for func in _kernels_before_scheduling("inception", "mobilenet_v2"):
+        blocks = schedule._blocks(func)
+        if not schedule._reducing_blocks(func):
+            continue
+        reducing += 1
+        with target:
+            if not schedule.sums_into_itself(blocks):
+                spared["row"] += 1
+                assert dlight.gpu.Reduction().apply(func, target, False) is None
+                assert row.apply(func, target, False) is None
+                assert not any(n == "Reduction" and f.same_as(func) for n, f in asked)
+            if not schedule.ends_in_an_element_wise_block(blocks):
+                spared["rest"] += 1
+                assert general.apply(func, target, False) is None
+                assert rest.apply(func, target, False) is None
+                assert not any(n == "_NoneOnScheduleError" and f.same_as(func) for n, f in asked)
+    pool = _inception_kernels_before_scheduling()["max_pool2d"]
+    blocks = schedule._blocks(pool)
+    assert not schedule.sums_into_itself(blocks)
+    assert not schedule.ends_in_an_element_wise_block(blocks)
+    # Kernels that sum (a mean's pool, a dense layer) and a softmax still reach them.
+    assert reducing > spared["row"] > 0 and reducing > spared["rest"] > 0
+
+
+def test_the_build_schedules_a_max_pool_without_asking_the_reduction_rules(monkeypatch):
+    pool = _inception_kernels_before_scheduling()["max_pool2d"]
+    asked = []
+    for rule in (dlight.gpu.Reduction, dlight.gpu.GeneralReduction):
+        monkeypatch.setattr(rule, "apply", lambda self, *args: asked.append(self) or None)
+    with ADRENO:
+        scheduled = schedule.ScheduleKernels(*schedule.schedule_rules(), jobs=1)(
+            tvm.IRModule({"max_pool2d": pool}))
+    assert scheduled["max_pool2d"].attrs["tirx.is_scheduled"]
+    assert asked == []
+
+
+def test_a_sum_then_an_element_wise_block_is_what_both_reduction_rules_may_take():
+    @tvm.script.ir_module
+    class Mean:
+        @T.prim_func(s_tir=True)
+        def main(a: T.Buffer((4, 64), "float32"), out: T.Buffer((4,), "float32")):
+            total = T.sblock_alloc_buffer((4,))
+            for i, k in T.grid(4, 64):
+                with T.sblock("total"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    with T.init():
+                        total[vi] = T.float32(0)
+                    total[vi] = total[vi] + a[vi, vk]
+            for i in range(4):
+                with T.sblock("mean"):
+                    vi = T.axis.remap("S", [i])
+                    out[vi] = total[vi] / T.float32(64)
+
+    blocks = schedule._blocks(Mean["main"])
+    assert schedule.sums_into_itself(blocks)
+    assert schedule.ends_in_an_element_wise_block(blocks)
+    assert not schedule.ends_in_an_element_wise_block(blocks[:1])

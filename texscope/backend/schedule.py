@@ -317,10 +317,9 @@ class _NoneOnScheduleError(dlight.ScheduleRule):
             return None
 
 
-def _blocks(func: tvm.tirx.PrimFunc) -> list:
-    """Every block of ``func`` but its root, outermost first (statements only
-    are walked: no block lies inside an expression or a store).  Rules ask
-    it what they need before building a Schedule (half a millisecond)."""
+def _blocks_under(stmt) -> list:
+    """Every block in ``stmt``, outermost first (statements only are walked:
+    no block lies inside an expression or a store)."""
     found = []
 
     def on_block(block, visitor):
@@ -330,17 +329,60 @@ def _blocks(func: tvm.tirx.PrimFunc) -> list:
     def pruned(_value, _visitor):
         return None
 
-    tvm_ffi.structural_visit(func.body, [
+    tvm_ffi.structural_visit(stmt, [
         (s_tir.stmt.SBlock, on_block),
         ((tvm.ir.Expr, tvm.tirx.BufferStore, tvm.tirx.Evaluate), pruned),
     ])
-    return [block for block in found if block.name_hint != "root"]
+    return found
+
+
+def _blocks(func: tvm.tirx.PrimFunc) -> list:
+    """Every block of ``func`` but its root, outermost first.  Rules ask it
+    what they need before building a Schedule (half a millisecond)."""
+    return [block for block in _blocks_under(func.body) if block.name_hint != "root"]
+
+
+def _reduces(block) -> bool:
+    return any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars)
 
 
 def _reducing_blocks(func: tvm.tirx.PrimFunc) -> int:
     """How many blocks of ``func`` have a reduction iterator."""
-    return sum(any(int(iv.iter_type) == tvm.tirx.IterVar.CommReduce for iv in block.iter_vars)
-               for block in _blocks(func))
+    return sum(_reduces(block) for block in _blocks(func))
+
+
+def _accumulates_a_sum(block) -> bool:
+    """Whether ``block`` updates as ``X[i] = X[i] + Y``, the only reduction
+    ``dlight.gpu.Reduction`` schedules (inlining producers into ``Y``, as it
+    does first, keeps that form and keeps any other)."""
+    store = block.body
+    return (isinstance(store, tvm.tirx.BufferStore) and isinstance(store.value, tvm.tirx.Add)
+            and tvm_ffi.structural_equal(store.value.a,
+                                         tvm.tirx.BufferLoad(store.buffer, store.indices),
+                                         map_free_vars=True))
+
+
+def _is_leaf(block) -> bool:
+    return not _blocks_under(block.body)
+
+
+def sums_into_itself(blocks: list) -> bool:
+    """What ``dlight.gpu.Reduction`` needs before it can take a kernel: a
+    reducing block of the ``X = X + Y`` form.  (A max pool's ``max`` is
+    declined, after normalizing the kernel and inlining its padding: 3 to 5
+    ms.)"""
+    return any(_reduces(block) and _accumulates_a_sum(block) for block in blocks)
+
+
+def ends_in_an_element_wise_block(blocks: list) -> bool:
+    """What ``dlight.gpu.GeneralReduction`` needs before it can take a kernel
+    of unnested blocks: its last block does not reduce (the rule asserts the
+    last block it keeps is injective, and inlines injective blocks only, so a
+    kernel ending in its reduction is declined, 3 ms later).  Nested blocks:
+    left to the rule."""
+    if not blocks or any(not _is_leaf(block) for block in blocks):
+        return True
+    return not _reduces(blocks[-1])
 
 
 def _stores_into(func: tvm.tirx.PrimFunc, buffers: list) -> bool:
@@ -358,7 +400,9 @@ def _first_writes_into_texture(func: tvm.tirx.PrimFunc) -> bool:
 
 class _OnReductions(dlight.ScheduleRule):
     """One of TVM's reduction rules, offered only kernels that reduce (in at
-    most ``most_blocks`` blocks, where given).
+    most ``most_blocks`` blocks, where given) and whose blocks have what the
+    rule ``needs`` (a test of the kernel's blocks, outermost first, that is
+    false only where the rule would decline).
 
     ``dlight.gpu.Reduction`` declines a kernel with no reduction iterator
     only after normalizing it and trying to inline its blocks (2-7 ms a
@@ -370,9 +414,11 @@ class _OnReductions(dlight.ScheduleRule):
     (softmax: a max, then a sum).
     """
 
-    def __init__(self, rule: dlight.ScheduleRule, most_blocks: int | None = None):
+    def __init__(self, rule: dlight.ScheduleRule, most_blocks: int | None = None,
+                 needs=lambda blocks: True):
         self.rule = rule
         self.most_blocks = most_blocks
+        self.needs = needs
 
     def is_target_available(self, target) -> bool:
         return self.rule.is_target_available(target)
@@ -380,8 +426,10 @@ class _OnReductions(dlight.ScheduleRule):
     def apply(self, func, target, tunable):
         if not isinstance(func, tvm.tirx.PrimFunc):
             return None
-        reducing = _reducing_blocks(func)
-        if reducing == 0 or (self.most_blocks is not None and reducing > self.most_blocks):
+        blocks = _blocks(func)
+        reducing = sum(_reduces(block) for block in blocks)
+        if reducing == 0 or (self.most_blocks is not None and reducing > self.most_blocks) \
+                or not self.needs(blocks):
             return None
         return self.rule.apply(func, target, tunable)
 
@@ -514,8 +562,9 @@ def schedule_rules() -> list:
         TexelWriter(),
         TextureFallback(),
         # Kernels of no texture: TVM's generic GPU rules.
-        _OnReductions(dlight.gpu.Reduction(), most_blocks=1),
-        _OnReductions(_NoneOnScheduleError(dlight.gpu.GeneralReduction())),
+        _OnReductions(dlight.gpu.Reduction(), most_blocks=1, needs=sums_into_itself),
+        _OnReductions(_NoneOnScheduleError(dlight.gpu.GeneralReduction()),
+                      needs=ends_in_an_element_wise_block),
         dlight.gpu.Fallback(),
     ]
 
