@@ -5,6 +5,7 @@ import os
 
 import pytest
 import tvm
+from tvm.s_tir import dlight
 from hypothesis import HealthCheck, settings
 from tvm import relax
 
@@ -63,6 +64,13 @@ class BeforeScheduling:
     def run_before_pass(self, mod, info):
         if info.name == "texscope.ScheduleKernels" and self.module is None:
             self.module = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+
+
+def dlight_scheduled(mod: tvm.IRModule, *rules) -> tvm.IRModule:
+    """dlight's ``ApplyDefaultSchedule(*rules)`` of a copy of ``mod`` (it
+    writes the scheduled kernels into the module it is given)."""
+    return dlight.ApplyDefaultSchedule(*rules)(
+        tvm.IRModule(dict(mod.functions), attrs=mod.attrs, global_infos=mod.global_infos))
 
 
 def with_ty_args(mod: tvm.IRModule) -> tvm.IRModule:

@@ -5,12 +5,11 @@ import threading
 import pytest
 import tvm
 import tvm_ffi
-from tvm.s_tir import dlight
 from tvm import te
 from tvm.script import tirx as T
 
 import texscope
-from conftest import ADRENO, BeforeScheduling
+from conftest import ADRENO, BeforeScheduling, dlight_scheduled
 from texscope.backend import parallel, schedule
 from texscope.backend.build import build, device_source
 from texscope.backend.schedule import ScheduleKernels, UncheckedSchedule, schedule_rules
@@ -65,22 +64,32 @@ def test_threads_schedule_as_dlights_apply_default_schedule_does():
         build(zoo.NETWORKS["unet"](), "adreno-opencl", jobs=1)
     rules = schedule_rules()
     with ADRENO:
-        expected = dlight.ApplyDefaultSchedule(*rules)(capture.module)
+        expected = dlight_scheduled(capture.module, *rules)
         on_threads = ScheduleKernels(*rules, jobs=3)(capture.module)
-    assert len([f for f in capture.module.functions.values()
-                if isinstance(f, tvm.tirx.PrimFunc)]) > 3
+        on_one = ScheduleKernels(*rules, jobs=1)(capture.module)
+    kernels = [g.name_hint for g, f in capture.module.functions.items()
+               if isinstance(f, tvm.tirx.PrimFunc)]
+    assert len(kernels) > 3
+    assert not any(f.attrs.get("tirx.is_scheduled", False)
+                   for f in capture.module.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
     tvm.ir.assert_structural_equal(on_threads, expected)
-    assert [g.name_hint for g in on_threads.functions] == [g.name_hint for g in expected.functions]
+    for gvar, func in expected.functions.items():
+        assert on_threads[gvar.name_hint].script() == func.script()
+    # The kernels keep the module's order, whatever the threads.
+    for out in (on_threads, on_one):
+        assert [g.name_hint for g in out.functions if g.name_hint in kernels] == kernels
 
 
 def test_kernels_with_reductions_are_handed_to_the_threads_first(monkeypatch):
     capture = BeforeScheduling()
     with tvm.transform.PassContext(instruments=[capture]):
         build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
+    in_module = [g.name_hint for g, f in capture.module.functions.items()
+                 if isinstance(f, tvm.tirx.PrimFunc)]
     handed = []
 
     def recording(fn, items, jobs, **kwargs):
-        handed.extend(gvar.name_hint for gvar, _ in items)
+        handed.extend(in_module[index] for index in items)
         return parallel.map_in_order(fn, items, jobs, **kwargs)
 
     monkeypatch.setattr(schedule, "map_in_order", recording)
@@ -88,15 +97,16 @@ def test_kernels_with_reductions_are_handed_to_the_threads_first(monkeypatch):
         ScheduleKernels(*schedule_rules(), jobs=2)(capture.module)
     # In the module, layout transforms come between the pool, the softmax and
     # the convs (10-20 ms each to schedule).  Handed out: the softmax (two
-    # reduction blocks), then the pool and the convs (one), then the rest,
-    # each group in module order.
-    in_module = [g.name_hint for g, f in capture.module.functions.items()
-                 if isinstance(f, tvm.tirx.PrimFunc)]
-    one = ["max_pool2d", "conv2d_NCHWc_OIHWo_opencl", "conv2d_NCHWc_OIHWo_opencl1"]
+    # reduction blocks), then the pool and the conv (one), then the rest,
+    # each group in module order.  The conv's copy writing a buffer gets the
+    # conv's schedule (tests/test_scope_variants.py).
+    one = ["max_pool2d", "conv2d_NCHWc_OIHWo_opencl"]
+    variant = "conv2d_NCHWc_OIHWo_opencl1"
     assert handed[0] == "softmax"
-    assert handed[1:4] == [name for name in in_module if name in one]
-    assert handed[4:] == [name for name in in_module if name not in one + ["softmax"]]
-    assert in_module[:4] != handed[:4]
+    assert handed[1:3] == [name for name in in_module if name in one]
+    assert handed[3:] == [name for name in in_module
+                          if name not in one + ["softmax", variant]]
+    assert in_module[:3] != handed[:3]
 
 
 @pytest.mark.parametrize("name", ["resnet", "mobilenet_v2"])

@@ -34,6 +34,7 @@ from .conv_schedule import (CONV_BLOCK, append_guards, sblock_realize, schedule_
                             split_unguarded)
 from .layout_schedule import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
 from .parallel import build_jobs, map_in_order
+from .scope_variants import scope_variants, with_scopes_of
 from .unit_reduction import UnitReductionsAsElementWise
 
 
@@ -249,19 +250,25 @@ class EpilogueConv2d(dlight.ScheduleRule):
     """
 
     is_target_available = _on_texture_target
+    # Nothing it asks or does depends on where the kernel's tensors live:
+    # ScheduleKernels gives a kernel's scope variants its schedule.
+    ignores_scopes = True
 
-    def apply(self, func, target, _tunable):
-        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
-            return None
+    @staticmethod
+    def may_take(func: tvm.tirx.PrimFunc) -> bool:
+        """What ``apply`` asks of a kernel before scheduling it."""
         # Checked here: the Adreno rule's own check sees a Schedule, not the
         # PrimFunc.  Of symbolic size, its vthread split of the output
         # channels loses the bound on them once an epilogue is inlined, and
-        # the kernel writes past its output (run on PoCL).
-        if not _static_params(func):
-            return None
-        # TVM's rule takes only kernels with a block of this name: the others
-        # (most kernels) skip the schedule, the inlining and block analyses.
-        if not any(CONV_BLOCK in block.name_hint for block in _blocks(func)):
+        # the kernel writes past its output (run on PoCL).  TVM's rule takes
+        # only kernels with a block of this name: the others (most kernels)
+        # skip the schedule, the inlining and block analyses.
+        return _static_params(func) and any(CONV_BLOCK in block.name_hint
+                                            for block in _blocks(func))
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target) \
+                or not self.may_take(func):
             return None
         sch = UncheckedSchedule(func)
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
@@ -524,6 +531,13 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
     and softmaxes take 10 to 20 ms each against 2 to 4 for a layout
     transform, and one of them started last would keep a thread busy while
     the others idle (longest first, as list scheduling does).
+
+    A kernel that equals another but for where its tensors live (one conv
+    whose output is an image at one call and a buffer at the next) gets that
+    kernel's schedule with its own parameters
+    (:mod:`texscope.backend.scope_variants`) where the rule taking it, and
+    every rule before, ``ignores_scopes`` (declares ``may_take``, a cheap
+    necessary test of a kernel): a conv's schedule is 10 to 15 ms.
     """
 
     def __init__(self, *rules: dlight.ScheduleRule, jobs: int | None = None):
@@ -535,23 +549,52 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
                    if isinstance(func, tvm.tirx.PrimFunc) and not _is_scheduled(func)]
         current = tvm.target.Target.current(allow_none=True)
         jobs = build_jobs() if self.jobs is None else self.jobs
+        variants = scope_variants([func for _, func in pending], self._may_share)
+        firsts = [i for i in range(len(pending)) if i not in variants]
         if jobs > 1:
-            pending.sort(key=lambda item: -_reducing_blocks(item[1]))
-        scheduled = map_in_order(lambda item: self._schedule(item[1], current), pending, jobs)
+            firsts.sort(key=lambda i: -_reducing_blocks(pending[i][1]))
+        done = dict(zip(firsts, map_in_order(
+            lambda i: self._schedule(pending[i][1], current), firsts, jobs)))
+        # A variant of a kernel that rules blind to scopes scheduled gets that
+        # schedule; the others are scheduled on their own.
+        alone = []
+        for index, first in variants.items():
+            func, rule = done[first]
+            shared = None
+            if func is not None and all(getattr(r, "ignores_scopes", False)
+                                        for r in self.rules[:rule + 1]):
+                shared = with_scopes_of(func, pending[first][1], pending[index][1])
+            if shared is None:
+                alone.append(index)
+            else:
+                done[index] = (shared, rule)
+        done.update(zip(alone, map_in_order(
+            lambda i: self._schedule(pending[i][1], current), alone, jobs)))
         mod = tvm.IRModule(mod.functions, attrs=mod.attrs, global_infos=mod.global_infos)
-        for (gvar, _), func in zip(pending, scheduled):
-            if func is not None:
-                mod[gvar] = func
+        for index, (gvar, _) in enumerate(pending):
+            if done[index][0] is not None:
+                mod[gvar] = done[index][0]
         return mod
 
-    def _schedule(self, func: tvm.tirx.PrimFunc, current) -> tvm.tirx.PrimFunc | None:
-        target = func.attrs.get("target", current) if func.attrs is not None else current
+    def _may_share(self, func: tvm.tirx.PrimFunc) -> bool:
+        """Whether a rule blind to scopes, before any other, may take ``func``."""
         for rule in self.rules:
+            if not getattr(rule, "ignores_scopes", False):
+                return False
+            if rule.may_take(func):
+                return True
+        return False
+
+    def _schedule(self, func: tvm.tirx.PrimFunc, current) -> tuple:
+        """The scheduled kernel and the index of the rule that took it
+        (None, None where none did)."""
+        target = func.attrs.get("target", current) if func.attrs is not None else current
+        for index, rule in enumerate(self.rules):
             space = rule.apply(func, target, False)
             if space is not None:
                 (sch,) = [space] if isinstance(space, s_tir.Schedule) else space
-                return sch.mod["main"].with_attr("tirx.is_scheduled", True)
-        return None
+                return sch.mod["main"].with_attr("tirx.is_scheduled", True), index
+        return None, None
 
 
 def schedule_rules() -> list:

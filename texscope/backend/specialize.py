@@ -127,7 +127,7 @@ def KeepStorageChangesAsKernels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pyl
     return keep_storage_changes_as_kernels(mod)
 
 
-def _with_scope(param, scope: str):
+def buffer_in_scope(param, scope: str):
     """A buffer like the parameter's (its type is a BufferType) in ``scope``."""
     ty = param.ty
     return tvm.tirx.decl_buffer(ty.shape, ty.dtype, param.name, strides=ty.strides,
@@ -157,7 +157,7 @@ def specialize_texture_params(mod: tvm.IRModule) -> tvm.IRModule:
         param_map = {}
         for param, scope in zip(func.params, _signature(value)):
             if scope not in ("", "global") and isinstance(param.ty, tvm.tirx.BufferType):
-                param_map[param] = _with_scope(param, scope)
+                param_map[param] = buffer_in_scope(param, scope)
         # As TVM's pass marks every PrimFunc it has specialized.
         specialized[gvar] = (func.specialize(param_map) if param_map else func).with_attr(
             "scoped", 1)
