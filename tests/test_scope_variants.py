@@ -7,7 +7,8 @@ from tvm.script import tirx as T
 
 from conftest import ADRENO, BeforeScheduling, dlight_scheduled
 from texscope.backend.build import build
-from texscope.backend.schedule import EpilogueConv2d, ScheduleKernels, schedule_rules
+from texscope.backend.schedule import (EpilogueConv2d, PackedLayoutTransform, ScheduleKernels,
+                                       schedule_rules)
 from texscope.backend.scope_variants import scope_variants, with_scopes_of
 from texscope.models import zoo
 
@@ -128,31 +129,36 @@ def _before_scheduling(name: str) -> tvm.IRModule:
     return capture.module
 
 
-def test_convs_writing_an_image_and_a_buffer_are_scheduled_once(monkeypatch):
-    """The inception block's two convs (one copied by SplitPrimFuncsBySignature)
-    and chain64's last residual conv (FuseTIR's, its parameters named
-    otherwise) get the schedule of the conv they equal, as
-    ``ApplyDefaultSchedule`` makes it for each."""
-    for name in ("inception", "chain64"):
+def test_convs_and_unpacks_of_images_and_buffers_are_scheduled_once(monkeypatch):
+    """The inception block's two convs and two unpacks (copies made by
+    SplitPrimFuncsBySignature) and chain64's last residual conv (FuseTIR's,
+    its parameters named otherwise) get the schedule of the kernel they
+    equal, as ``ApplyDefaultSchedule`` makes it for each."""
+    for name, shared_kernels in (("inception", 2), ("chain64", 1)):
         mod = _before_scheduling(name)
-        convs = [f for f in mod.functions.values()
-                 if isinstance(f, tvm.tirx.PrimFunc) and EpilogueConv2d.may_take(f)]
-        asked = []
-        apply = EpilogueConv2d.apply
+        taken = []
 
-        def counting(self, func, target, tunable, apply=apply):
-            out = apply(self, func, target, tunable)
-            if out is not None:
-                asked.append(func)
-            return out
+        def counting(rule_class, monkeypatch=monkeypatch):
+            apply = rule_class.apply
+
+            def apply_counted(self, func, target, tunable):
+                out = apply(self, func, target, tunable)
+                if out is not None:
+                    taken.append(func)
+                return out
+
+            monkeypatch.setattr(rule_class, "apply", apply_counted)
 
         rules = schedule_rules()
+        counting(EpilogueConv2d)
+        counting(PackedLayoutTransform)
         with ADRENO:
             expected = dlight_scheduled(mod, *rules)
-            monkeypatch.setattr(EpilogueConv2d, "apply", counting)
+            each = len(taken)
+            taken.clear()
             shared = ScheduleKernels(*rules, jobs=2)(mod)
-            monkeypatch.setattr(EpilogueConv2d, "apply", apply)
-        assert len(asked) == len(convs) - 1, name
+        monkeypatch.undo()
+        assert len(taken) == each - shared_kernels, name
         tvm.ir.assert_structural_equal(shared, expected)
         for gvar, func in expected.functions.items():
             assert shared[gvar.name_hint].script() == func.script(), gvar.name_hint

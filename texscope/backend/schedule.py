@@ -289,10 +289,16 @@ class PackedLayoutTransform(dlight.ScheduleRule):
     shape on every texture target."""
 
     is_target_available = _on_texture_target
+    ignores_scopes = True
+
+    @staticmethod
+    def may_take(func: tvm.tirx.PrimFunc) -> bool:
+        """What ``apply`` asks of a kernel before scheduling it."""
+        return _static_params(func) and _first_block_is_a_layout_transform(func)
 
     def apply(self, func, target, _tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target) \
-                or not _static_params(func) or not _first_block_is_a_layout_transform(func):
+                or not self.may_take(func):
             return None
         try:
             return schedule_layout_transform(UncheckedSchedule(func))
