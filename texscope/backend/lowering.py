@@ -33,6 +33,8 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
+from ..ir.blocks import blocks_in
+
 _COMPACT = s_tir.transform.CompactBufferAllocation()
 _TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")
 
@@ -51,20 +53,7 @@ def RetypeTextureStore(func, _mod, _ctx):  # pylint: disable=invalid-name
 
 
 def _allocated_scopes(func: tirx.PrimFunc) -> set[str]:
-    scopes = set()
-
-    def on_block(block, visitor):
-        scopes.update(buffer.scope() for buffer in block.alloc_buffers)
-        return visitor.visit(block.body)
-
-    def pruned(_value, _visitor):
-        return None
-
-    tvm_ffi.structural_visit(func.body, [
-        (s_tir.stmt.SBlock, on_block),
-        ((tvm.ir.Expr, tirx.BufferStore, tirx.Evaluate), pruned),
-    ])
-    return scopes
+    return {buffer.scope() for block in blocks_in(func.body) for buffer in block.alloc_buffers}
 
 
 def _predicates_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict] | None:

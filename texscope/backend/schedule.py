@@ -28,6 +28,7 @@ from tvm.s_tir import dlight
 from tvm.s_tir.schedule import _type_checker
 
 from ..errors import TexscopeError
+from ..ir.blocks import blocks_in
 from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
 from .conv_schedule import (CONV_BLOCK, append_guards, sblock_realize, schedule_packed_conv,
@@ -330,29 +331,10 @@ class _NoneOnScheduleError(dlight.ScheduleRule):
             return None
 
 
-def _blocks_under(stmt) -> list:
-    """Every block in ``stmt``, outermost first (statements only are walked:
-    no block lies inside an expression or a store)."""
-    found = []
-
-    def on_block(block, visitor):
-        found.append(block)
-        return visitor.visit(block.body)
-
-    def pruned(_value, _visitor):
-        return None
-
-    tvm_ffi.structural_visit(stmt, [
-        (s_tir.stmt.SBlock, on_block),
-        ((tvm.ir.Expr, tvm.tirx.BufferStore, tvm.tirx.Evaluate), pruned),
-    ])
-    return found
-
-
 def _blocks(func: tvm.tirx.PrimFunc) -> list:
     """Every block of ``func`` but its root, outermost first.  Rules ask it
     what they need before building a Schedule (half a millisecond)."""
-    return [block for block in _blocks_under(func.body) if block.name_hint != "root"]
+    return [block for block in blocks_in(func.body) if block.name_hint != "root"]
 
 
 def _reduces(block) -> bool:
@@ -376,7 +358,7 @@ def _accumulates_a_sum(block) -> bool:
 
 
 def _is_leaf(block) -> bool:
-    return not _blocks_under(block.body)
+    return not blocks_in(block.body)
 
 
 def sums_into_itself(blocks: list) -> bool:

@@ -16,6 +16,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
+from ..ir.blocks import blocks_in
 from ..ir.graph import static_dims
 from .specialize import buffer_in_scope
 
@@ -82,21 +83,8 @@ def scope_variants(funcs: list[tvm.tirx.PrimFunc], considered=lambda func: True
 
 def _names_made(func: tvm.tirx.PrimFunc) -> list[str]:
     """Names of the blocks and buffers a schedule made or kept in ``func``."""
-    names = []
-
-    def on_block(block, visitor):
-        names.append(block.name_hint)
-        names.extend(buffer.name for buffer in block.alloc_buffers)
-        return visitor.visit(block.body)
-
-    def pruned(_value, _visitor):
-        return None
-
-    tvm_ffi.structural_visit(func.body, [
-        (s_tir.stmt.SBlock, on_block),
-        ((tvm.ir.Expr, tvm.tirx.BufferStore, tvm.tirx.Evaluate), pruned),
-    ])
-    return names
+    return [name for block in blocks_in(func.body)
+            for name in (block.name_hint, *(buffer.name for buffer in block.alloc_buffers))]
 
 
 def with_scopes_of(scheduled: tvm.tirx.PrimFunc, original: tvm.tirx.PrimFunc,

@@ -1,0 +1,27 @@
+"""The blocks of scheduled or unscheduled TIR."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+
+
+def blocks_in(stmt) -> list:
+    """Every block in ``stmt``, outermost first.  Statements only are walked:
+    no block lies inside an expression or a store, and skipping them makes
+    the walk a fraction of a millisecond on a scheduled conv."""
+    found = []
+
+    def on_block(block, visitor):
+        found.append(block)
+        return visitor.visit(block.body)
+
+    def pruned(_value, _visitor):
+        return None
+
+    tvm_ffi.structural_visit(stmt, [
+        (s_tir.stmt.SBlock, on_block),
+        ((tvm.ir.Expr, tirx.BufferStore, tirx.Evaluate), pruned),
+    ])
+    return found
