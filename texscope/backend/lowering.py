@@ -33,7 +33,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from ..ir.blocks import blocks_in
+from ..ir.tir import blocks_in
 
 _COMPACT = s_tir.transform.CompactBufferAllocation()
 _TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")

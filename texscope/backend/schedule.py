@@ -28,7 +28,7 @@ from tvm.s_tir import dlight
 from tvm.s_tir.schedule import _type_checker
 
 from ..errors import TexscopeError
-from ..ir.blocks import blocks_in
+from ..ir.tir import blocks_in, scope_of
 from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
 from .conv_schedule import (CONV_BLOCK, append_guards, sblock_realize, schedule_packed_conv,
@@ -87,7 +87,7 @@ def _first_block_is_a_layout_transform(func: tvm.tirx.PrimFunc) -> bool:
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:
-    return [param for param in func.params if is_texture_scope(_scope(param))]
+    return [param for param in func.params if is_texture_scope(scope_of(param))]
 
 
 def _is_spatial(sch: s_tir.Schedule, block) -> bool:
@@ -463,18 +463,13 @@ def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
         # (most of a scheduled kernel's nodes lie there).
         if isinstance(value, tvm.tirx.For) and value.thread_binding is not None:
             return
-        if isinstance(value, tvm.tirx.BufferStore) and is_texture_scope(_scope(value.buffer)):
+        if isinstance(value, tvm.tirx.BufferStore) and is_texture_scope(scope_of(value.buffer)):
             found.append(value)
             return
         visitor.default_visit(value)
 
     tvm_ffi.structural_visit(func.body, visit)
     return bool(found)
-
-
-def _scope(buffer) -> str:
-    ty = getattr(buffer, "ty", None)
-    return str(ty.storage_scope) if isinstance(ty, tvm.tirx.BufferType) else ""
 
 
 def _caller(mod: tvm.IRModule, gvar) -> tuple[str, str] | tuple[None, None]:

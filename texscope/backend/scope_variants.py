@@ -16,17 +16,12 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
-from ..ir.blocks import blocks_in
+from ..ir.tir import blocks_in, scope_of
 from ..ir.graph import static_dims
 from .specialize import buffer_in_scope
 
 # Attributes that name a function or a copy, not what it computes.
 NAMING_ATTRS = ("global_symbol", "texscope.storage_signature")
-
-
-def _scope(param) -> str | None:
-    ty = param.ty
-    return str(ty.storage_scope) if isinstance(ty, tvm.tirx.BufferType) else None
 
 
 def _shapes(func: tvm.tirx.PrimFunc) -> tuple | None:
@@ -45,7 +40,7 @@ def _shapes(func: tvm.tirx.PrimFunc) -> tuple | None:
 def _in_global_memory(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
     """``func`` with every parameter a global buffer and no naming attributes."""
     moved = {param: buffer_in_scope(param, "global") for param in func.params
-             if _scope(param) not in (None, "global")}
+             if scope_of(param) not in ("", "global")}
     plain = func.specialize(moved) if moved else func
     for name in NAMING_ATTRS:
         if plain.attrs is not None and name in plain.attrs:

@@ -1,4 +1,4 @@
-"""The blocks of scheduled or unscheduled TIR."""
+"""Small questions asked of TIR: its blocks, a buffer's memory scope."""
 
 from __future__ import annotations
 
@@ -25,3 +25,10 @@ def blocks_in(stmt) -> list:
         ((tvm.ir.Expr, tirx.BufferStore, tirx.Evaluate), pruned),
     ])
     return found
+
+
+def scope_of(buffer) -> str:
+    """The memory scope of a buffer (a parameter whose type is a BufferType);
+    "" for anything else."""
+    ty = getattr(buffer, "ty", None)
+    return str(ty.storage_scope) if isinstance(ty, tirx.BufferType) else ""
