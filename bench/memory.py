@@ -24,7 +24,8 @@ allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
 - ``ratio``: each peak over the all-buffer peak, and ``over``: what
   texscope's peak exceeds the all-buffer peak plus the padding by (the target
   is <= 0).  A weight that is a parameter (the zoo's) is packed on every run,
-  beside the original: that copy is not padding and shows in ``over``;
+  beside the original: that copy is not padding and shows in ``over``
+  (``--lift-weights`` packs it once, at load);
 - ``pooled``: what TVM's pooled allocator (the Relax VM's default) holds
   after one run of the all-buffer build, of texscope's with TVM's planner
   and of texscope's (``pooled_bytes``: freed storages are kept for storages
@@ -36,8 +37,12 @@ Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
 .tflite models of ``texscope.models.corpus`` (weights are constants),
 imported once by texscope's loader and given to every tool.
 
-Run: ``python bench/memory.py [--constants] [model ...]`` (``--constants``:
-the zoo's weights bound as constants, as a deployed model has them).
+Run: ``python bench/memory.py [--constants | --lift-weights] [model ...]``
+(``--constants``: the zoo's weights bound as constants, as a deployed model
+has them; ``--lift-weights``: the zoo's ``main`` declaring its weights and
+texscope's builds lifting their packing into ``main_transform_params``,
+run once at load: ``texscope.build(..., lift_weights=True)``; the peaks are
+``main``'s, whose inputs are then the packed weights).
 """
 
 from __future__ import annotations
@@ -62,12 +67,15 @@ ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 PLANNER_PASS = "texscope.PlanStorages"
 
 
-def models(names: list[str], constants: bool = False) -> dict[str, object]:
-    """name -> a loader, for the zoo and every .tflite of the corpus."""
+def models(names: list[str], constants: bool = False, lift: bool = False) -> dict[str, object]:
+    """name -> a loader, for the zoo and every .tflite of the corpus (the zoo
+    alone where ``lift``: the corpus's weights are constants)."""
     found = {f"zoo/{name}": zoo.NETWORKS[name] for name in ZOO}
     if constants:
         found = {name: lambda load=load: zoo.with_constant_weights(load()) for name, load in found.items()}
-    for name, path in sorted(corpus.mediapipe_models().items()):
+    if lift:
+        found = {name: lambda load=load: zoo.with_declared_weights(load()) for name, load in found.items()}
+    for name, path in sorted(corpus.mediapipe_models().items()) if not lift else ():
         found[name] = lambda path=path: load_tflite(path)
     if names:
         found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
@@ -118,7 +126,7 @@ def channel_axis(mod: tvm.IRModule) -> int:
     return 1
 
 
-def row(mod) -> dict:
+def row(mod, lift: bool = False) -> dict:
     adreno = texture_target(TEXSCOPE).target
     buffers_mod, buffers_ours = generic_builds(mod)
     buffers = device_memory(buffers_mod)
@@ -127,8 +135,9 @@ def row(mod) -> dict:
             mod, tvm.target.Target(adreno, host="llvm")))).peak_bytes
     except Exception as err:  # TVM's own flow fails on some models: say so, go on
         theirs = f"{type(err).__name__}"
-    before = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE), disabled=[PLANNER_PASS]))
-    after = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE)))
+    before = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE, lift_weights=lift),
+                                   disabled=[PLANNER_PASS]))
+    after = device_memory(planned(lambda: texscope.build(mod, TEXSCOPE, lift_weights=lift)))
     grown = max(0, after.inputs_bytes - buffers.inputs_bytes)
     padding = buffers_as_images_peak(buffers_mod, channel_axis(mod)) - buffers.peak_bytes + grown
     return {"all-buffer": buffers.peak_bytes, "all-buffer, ours": device_memory(buffers_ours).peak_bytes,
@@ -141,20 +150,22 @@ def row(mod) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*")
-    parser.add_argument("--constants", action="store_true")
+    weights = parser.add_mutually_exclusive_group()
+    weights.add_argument("--constants", action="store_true")
+    weights.add_argument("--lift-weights", action="store_true")
     args = parser.parse_args(argv)
     print("peak device memory, MiB")
     print(f"{'model':<30} {'all-buffer':>10} {'all-buffer, ours':>16} {'TVM adreno':>10} {'ratio':>6} "
           f"{'texscope, TVM planner':>21} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
           f"{'padding':>8} {'inputs+':>8} {'over':>7}  {'pooled: all-buffer':>18} "
           f"{'TVM planner':>11} {'texscope':>8}")
-    for name, load in models(args.models, args.constants).items():
+    for name, load in models(args.models, args.constants, args.lift_weights).items():
         try:
             mod = load()
         except Exception as err:  # the importer's own errors: report, go on
             print(f"{name:<30} skipped: {type(err).__name__}: {failure_reason(err)[:110]}")
             continue
-        r = row(mod)
+        r = row(mod, args.lift_weights)
         base = r["all-buffer"]
 
         def ratio(n):

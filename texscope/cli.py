@@ -53,13 +53,13 @@ def _print_written(out_dir: Path) -> None:
 
 def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
            profile: str | None = None, time_passes: bool = False,
-           jobs: int | None = None) -> Path:
+           jobs: int | None = None, lift_weights: bool = False) -> Path:
     print(f"building for {target}")
     if profile is not None:
         profile = cost_profile.load(profile)
         print(f"cost profile {profile.describe()}")
     result = build(model, target, host=host, log=_print_stage, profile=profile,
-                   time_passes=time_passes, jobs=jobs)
+                   time_passes=time_passes, jobs=jobs, lift_weights=lift_weights)
     out_dir = result.export(out)
     _print_summary(result)
     if time_passes:
@@ -78,7 +78,7 @@ def cmd_build(args) -> None:
     model = load_model(args.model, args.module)
     try:
         _print_written(_build(model, args.target, out, args.host, args.cost_profile,
-                              args.profile, args.jobs))
+                              args.profile, args.jobs, args.lift_weights))
     except TexscopeError as err:
         raise TexscopeError(f"{args.model}: {err}") from None
 
@@ -235,6 +235,11 @@ def main(argv=None) -> int:
     p.add_argument("-j", "--jobs", type=int,
                    help="threads that schedule and lower kernels (default: $TEXSCOPE_JOBS, "
                         "else one per CPU); the output is the same whatever the number")
+    p.add_argument("--lift-weights", action="store_true",
+                   help="pack the weights once, at load: what the model computes from its weights "
+                        "alone goes into <function>_transform_params, and the function takes the "
+                        "packed weights (its parameters after num_input, the attribute that must "
+                        "say which are weights)")
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory: new, empty, or one texscope wrote "

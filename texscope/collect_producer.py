@@ -1,7 +1,8 @@
 """Stage 3: the final storage of every tensor, settling conflicting consumers.
 
 Analysis only.  A producer may write any storage its kernel supports (the
-registry's output sets; a parameter or constant may arrive in either).  A
+registry's output sets; a parameter or constant may arrive in either, a
+weight parameter in a buffer).  A
 consumer that cannot read that storage reads a copy in one it can; consumers
 wanting the same copy share it, so a tensor is copied at most once per storage.
 
@@ -110,6 +111,10 @@ def writable(graph: FunctionGraph, tensor: Tensor) -> tuple[frozenset, str]:
     """Storages a tensor can be written in, and why not the others."""
     if tensor.fit.scope is None:
         return BUFFER, f"buffer: {tensor.fit.reason}"
+    if tensor.origin == "weight":
+        # Its caller passes a buffer (what <function>_transform_params returns);
+        # an image would be a copy on every run.
+        return BUFFER, "buffer: a weight parameter (after num_input), passed in a buffer"
     if tensor.origin == "call":
         site, field = graph.producer(tensor.index)
         allowed = site.support.output(field)

@@ -100,11 +100,21 @@ class _FunctionRewriter:
             return self.rewrite_call(binding.value)
         return self.rebuilder.substitute(binding.value)
 
+    def param_type(self, ty, tensor):
+        """``ty`` with each of its tensors on its planned VDevice (a tuple
+        parameter's fields too: a lifted weight transform takes one)."""
+        if isinstance(tensor, int):
+            return with_vdevice(ty, self.vdevice_of(tensor))
+        if isinstance(tensor, tuple) and isinstance(ty, relax.TupleType):
+            return relax.TupleType([self.param_type(field, t)
+                                    for field, t in zip(ty.fields, tensor)])
+        return ty
+
     def run(self, func: relax.Function) -> relax.Function:
         params = []
         for param, tensor in zip(func.params, self.graph.params):
-            if isinstance(tensor, int):
-                new = relax.Var(param.name, with_vdevice(param.ty, self.vdevice_of(tensor)))
+            if isinstance(tensor, (int, tuple)):
+                new = relax.Var(param.name, self.param_type(param.ty, tensor))
                 self.rebuilder.var_map[param] = new
                 param = new
             params.append(param)

@@ -14,6 +14,7 @@ from .ir.graph import annotated_functions, relax_bindings
 from .knowledge.targets import TextureTarget, texture_target
 from .diagnostics.verify import check_invariants
 from .convert_layout import ConvertToPackedLayout, LegalizeKeepingAttrs
+from .rewrites.lift_weights import LiftWeightTransforms
 
 ANNOTATED_ATTR = "texscope_target"
 
@@ -147,14 +148,17 @@ def annotate_module(
 
 
 def texture_scope_pipeline(target, check: bool = False, policy: str = "optimal",
-                           profile=None) -> tvm.transform.Sequential:
+                           profile=None, lift_weights: bool = False) -> tvm.transform.Sequential:
     """Stage 1 then stages 2-5, for a build script to splice in.
 
     ``check``, ``policy`` and ``profile`` (the cost profile) are passed to
-    :func:`AnnotateTextureScope`.
+    :func:`AnnotateTextureScope`; ``lift_weights`` moves stage 1's packing of
+    weight parameters into ``<function>_transform_params`` in between
+    (:mod:`texscope.rewrites.lift_weights`).
     """
     return tvm.transform.Sequential(
         [ConvertToPackedLayout(target),
+         *([LiftWeightTransforms] if lift_weights else []),
          AnnotateTextureScope(target, check=check, policy=policy, profile=profile)],
         name="texscope.texture_scope_pipeline",
     )

@@ -29,6 +29,7 @@ from tvm.tirx import compilation_pipeline
 from ..cleanup import FoldTextureCopies
 from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
+from ..rewrites.lift_weights import LiftWeightTransforms, require_declared_weights
 from .heap import collector_paused, keep_freed_memory
 from .lowering import adreno_tir_pipeline
 from .parallel import build_jobs, jobs_limit, per_chunk
@@ -151,18 +152,19 @@ def _under(target: tvm.target.Target, passes: list, name: str) -> tvm.ir.transfo
     return run
 
 
-def get_default_pipeline(target, profile=None) -> tvm.ir.transform.Pass:
+def get_default_pipeline(target, profile=None, lift_weights: bool = False) -> tvm.ir.transform.Pass:
     """The whole Relax pipeline, for ``tvm.compile(mod, target, relax_pipeline=...)``.
 
     Use it with ``tir_pipeline="texscope_adreno"``.  ``profile`` is the cost
-    profile the planner weighs (the preset's defaults when None).
+    profile the planner weighs (the preset's defaults when None);
+    ``lift_weights`` as in :func:`build`.
     """
     target = texture_target(target).target
     return _under(
         target,
         [
             tvm.tirx.transform.BindTarget(target),
-            texture_scope_pipeline(target, profile=profile),
+            texture_scope_pipeline(target, profile=profile, lift_weights=lift_weights),
             *optimize_passes(target),
             *lower_passes(target),
         ],
@@ -245,7 +247,8 @@ def device_source(executable, kind: str = "opencl") -> str:
 
 
 def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
-          time_passes: bool = False, jobs: int | None = None) -> BuildResult:
+          time_passes: bool = False, jobs: int | None = None,
+          lift_weights: bool = False) -> BuildResult:
     """Build ``mod`` for a texture-capable GPU target.
 
     Parameters
@@ -273,22 +276,30 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
         Threads that schedule and lower kernels (:mod:`texscope.backend.parallel`);
         by default ``$TEXSCOPE_JOBS``, else one per CPU.  The output is the
         same whatever the number.
+    lift_weights : bool
+        Move what the model computes from its weights alone (stage 1's
+        packing of parameter weights) into ``<function>_transform_params``,
+        run once when the weights are loaded (:mod:`texscope.rewrites.lift_weights`);
+        the function then takes its inputs and the packed weights.  The
+        model's function must declare its weights (attribute ``num_input``).
 
     Returns
     -------
     BuildResult
     """
+    if lift_weights:
+        require_declared_weights(mod)
     keep_freed_memory()  # TVM's analyzers allocate and free MiBs per primitive
     if time_passes:
         timing = PassProfile()
         with _with_instrument(timing):
-            result = build(mod, target, host, log, profile, jobs=1)
+            result = build(mod, target, host, log, profile, jobs=1, lift_weights=lift_weights)
         return attrs.evolve(result, pass_times=tuple(timing.passes()))
     with jobs_limit(jobs), collector_paused():
-        return _build(mod, target, host, log, profile)
+        return _build(mod, target, host, log, profile, lift_weights)
 
 
-def _build(mod, target, host, log, profile) -> BuildResult:
+def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
     texture = texture_target(target, profile)
     device_target = tvm.target.Target(texture.target, host=host_target(host, texture.target))
     log = log or (lambda stage, seconds: None)
@@ -304,6 +315,8 @@ def _build(mod, target, host, log, profile) -> BuildResult:
 
     with device_target:
         packed = timed("convert_layout", ConvertKeepingNames(device_target), mod)
+        if lift_weights:
+            packed = timed("lift_weights", LiftWeightTransforms, packed)
         annotated, plans = timed("annotate", annotate_module, packed,
                                  texture_target(device_target, texture.profile))
         conv_reads = texture_reads(annotated)

@@ -183,7 +183,7 @@ def graph_svg(report: Report, path, max_nodes: int = 150, focus: str | None = No
                     title = f"{row.name} .. {rows[group[-1]].name}"
                     subtitle = f"{len(group)} tensors, {row.scope}"
                 shape = "diamond" if kernel.startswith("layout_transform") \
-                    else ("box" if row.origin == "param" else "ellipse")
+                    else ("box" if row.origin in ("param", "weight") else "ellipse")
                 group_marks = [m for member in group for m in marks.get(member, [])]
                 cluster.node(f"{function}/{first[1]}", _label(title, subtitle, group_marks),
                              shape=shape, fillcolor=COLOURS.get(row.scope, "#ffffff"),

@@ -33,6 +33,19 @@ KILL_STORAGE = "relax.memory.kill_storage"
 KILL_TENSOR = "relax.memory.kill_tensor"
 DPS_OPS = frozenset({CALL_TIR, "relax.call_tir_inplace", "relax.call_dps_packed"})
 
+# TVM's attribute counting a function's leading inputs; the parameters after
+# them are weights (LiftTransformParams reads it too).
+NUM_INPUT = "num_input"
+
+
+def weight_params(func: relax.Function) -> list[relax.Var]:
+    """The parameters ``func`` declares weights (after the first ``num_input``);
+    none where it does not say."""
+    if func.attrs is None or NUM_INPUT not in func.attrs:
+        return []
+    return list(func.params[int(func.attrs[NUM_INPUT]):])
+
+
 @attrs.frozen
 class Tensor:
     """One tensor value: a parameter, a constant, or one output of a call.
@@ -44,7 +57,9 @@ class Tensor:
     name : str
         The variable that holds it (``"lv3[1]"`` for a tuple field).
     origin : str
-        ``"param"``, ``"call"`` or ``"constant"``.
+        ``"param"``, ``"weight"`` (a parameter after the function's
+        ``num_input``: :mod:`texscope.rewrites.lift_weights`), ``"call"`` or
+        ``"constant"``.
     shape : tuple of int or None
         The static shape, None when any dimension is symbolic.
     dtype : str
@@ -269,8 +284,10 @@ class _Builder:
 
     def build(self, func: relax.Function) -> FunctionGraph:
         params = []
-        for param in func.params:
-            params.append(self.tensors_of_type(param.name, "param", param.ty))
+        inputs = len(func.params) - len(weight_params(func))
+        for position, param in enumerate(func.params):
+            origin = "param" if position < inputs else "weight"
+            params.append(self.tensors_of_type(param.name, origin, param.ty))
             self.value_of[param] = params[-1]
         for block in func.body.blocks:
             in_dataflow = isinstance(block, relax.DataflowBlock)

@@ -288,3 +288,12 @@ def with_constant_weights(mod: tvm.IRModule, seed: int = 0) -> tvm.IRModule:
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
         weights[param.name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype("float32")
     return relax.transform.BindParams("main", weights)(mod)
+
+
+def with_declared_weights(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with ``main`` declaring every parameter but the first a weight
+    (TVM's ``num_input`` attribute), as ``texscope.build(...,
+    lift_weights=True)`` needs."""
+    return tvm.IRModule({gvar: func.with_attr("num_input", 1) if gvar.name_hint == "main" else func
+                         for gvar, func in mod.functions.items()},
+                        attrs=mod.attrs, global_infos=mod.global_infos)
