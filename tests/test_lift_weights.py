@@ -178,12 +178,17 @@ class Conv:
 """
 
 
-def test_the_command_lifts_weights(tmp_path):
+def build_lifting(tmp_path, attrs: str):
+    """The installed command on a conv model file, lifting; its output directory."""
     model = tmp_path / "model.py"
-    model.write_text(CONV_MODEL.format(attrs='R.func_attr({"num_input": 1})'))
+    model.write_text(CONV_MODEL.format(attrs=attrs))
     out = tmp_path / "out"
-    done = subprocess.run(["texscope", "build", str(model), "--lift-weights", "-o", str(out)],
-                          capture_output=True, text=True)
+    return out, subprocess.run(["texscope", "build", str(model), "--lift-weights", "-o", str(out)],
+                               capture_output=True, text=True)
+
+
+def test_the_command_lifts_weights(tmp_path):
+    out, done = build_lifting(tmp_path, 'R.func_attr({"num_input": 1})')
     assert done.returncode == 0, done.stderr
     assert "lift_weights" in done.stdout
     assert "| main | w_layout_transform | 2x8x3x3x4 | float32 | 2304 | `global` |" in (
@@ -192,11 +197,7 @@ def test_the_command_lifts_weights(tmp_path):
 
 
 def test_the_command_says_when_no_weights_are_declared(tmp_path):
-    model = tmp_path / "model.py"
-    model.write_text(CONV_MODEL.format(attrs=""))
-    out = tmp_path / "out"
-    done = subprocess.run(["texscope", "build", str(model), "--lift-weights", "-o", str(out)],
-                          capture_output=True, text=True)
+    out, done = build_lifting(tmp_path, "")
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert "set the attribute num_input" in done.stderr and "Traceback" not in done.stderr
