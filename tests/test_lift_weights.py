@@ -16,10 +16,10 @@ from texscope.frontend.naming import ConvertKeepingNames
 from texscope.knowledge.targets import texture_target
 from texscope.models import zoo
 from texscope.pipeline import texture_scope_pipeline
-from texscope.rewrites.lift_weights import LiftWeightTransforms
+from texscope.rewrites.lift_weights import LiftWeightTransforms, lifted_function
 
 from conftest import bindings
-from modules import lifted
+from modules import lifted, symbolic
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 
@@ -69,6 +69,28 @@ def main_transform_params(model_params: R.Tuple(R.Tensor((8, 8, 3, 3), dtype="fl
     assert [b.value.args[0].name_hint for b in bindings(out)
             if isinstance(b.value, relax.Call) and b.value.op.name == "relax.call_tir"] == [
         "te_layout_transform", "relu", "add", "te_layout_transform3"]
+
+
+def stage_one(mod):
+    texture = texture_target("adreno-opencl")
+    with texture.target:
+        return ConvertKeepingNames(texture.target)(mod)
+
+
+@pytest.mark.parametrize("network", [n for n in sorted(zoo.NETWORKS)
+                                     if n not in ("chain256", "chain1024")])  # chain64 is one
+def test_the_shortcut_lifts_as_tvms_pass_lifts(network):
+    mod = stage_one(zoo.with_declared_weights(zoo.NETWORKS[network]()))
+    shortcut = lifted_function(mod, mod.get_global_var("main"))
+    assert shortcut is not None
+    tvm.ir.assert_structural_equal(shortcut, relax.transform.LiftTransformParams()(mod))
+
+
+def test_symbolic_sizes_go_to_tvms_pass():
+    mod = stage_one(zoo.with_declared_weights(symbolic.NCHW))
+    assert lifted_function(mod, mod.get_global_var("main")) is None
+    tvm.ir.assert_structural_equal(LiftWeightTransforms(mod),
+                                   relax.transform.LiftTransformParams()(mod))
 
 
 def test_lifted_weights_stay_in_buffers_and_nothing_is_copied():
