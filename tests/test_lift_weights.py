@@ -115,17 +115,6 @@ def test_the_lifted_model_computes_what_the_model_does():
     assert check.ok, check
 
 
-def transformed_on_cpu(mod, weights: list) -> list:
-    """``main_transform_params`` of stage 1's lifted module, compiled for the
-    CPU and run on ``weights``: the packed weights the model's ``main`` takes."""
-    lifted_mod = stage_one_lifted(mod)
-    transform = relax.transform.DeadCodeElimination(["main_transform_params"])(tvm.IRModule(
-        {g: f for g, f in lifted_mod.functions.items() if g.name_hint != "main"}))
-    machine = relax.VirtualMachine(tvm.compile(transform, "llvm"), tvm.cpu())
-    return [out.numpy() for out in machine["main_transform_params"](
-        tuple(tvm.runtime.tensor(w) for w in weights))]
-
-
 def test_a_lifted_resnet_computes_what_the_resnet_does():
     """Batch norms folded into the weights and their statistics packed: all
     in the transform; main on OpenCL gets its results."""
@@ -133,7 +122,7 @@ def test_a_lifted_resnet_computes_what_the_resnet_does():
     inputs = verify.random_inputs(mod, seed=1)
     result = texscope.build(mod, "adreno-opencl", lift_weights=True)
     assert "main_transform_params" in [g.name_hint for g in result.module.functions]
-    run = opencl.run(result, [inputs[0], *transformed_on_cpu(mod, inputs[1:])])
+    run = opencl.run(result, verify.lifted_inputs(mod, inputs, "adreno-opencl"))
     check = verify.compare(run.outputs, verify.reference_outputs(mod, inputs), rtol=1e-4, atol=1e-4)
     assert check.ok, check
 
@@ -224,3 +213,17 @@ def test_the_command_says_when_no_weights_are_declared(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1
     assert "set the attribute num_input" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()
+
+
+def test_the_command_runs_a_lifted_model_and_explains_it(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(CONV_MODEL.format(attrs='R.func_attr({"num_input": 1})'))
+    done = subprocess.run(["texscope", "run", str(model), "--lift-weights"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "main_transform_params computed on the CPU" in done.stdout
+    assert "-> OK" in done.stdout
+    explained = subprocess.run(["texscope", "explain", str(model), "--lift-weights"],
+                               capture_output=True, text=True)
+    assert explained.returncode == 0, explained.stderr
+    assert "w_layout_transform" in explained.stdout and "a weight parameter" in explained.stdout

@@ -25,6 +25,10 @@ TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target J
 COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrate` wrote on the "
                      "device); default: the target preset's built-in guesses. Named "
                      "--cost-profile because --profile times the build")
+LIFT_WEIGHTS_HELP = ("pack the weights once, at load: what the model computes from its weights "
+                     "alone goes into <function>_transform_params, and the function takes the "
+                     "packed weights (its parameters after num_input, the attribute that must "
+                     "say which are weights)")
 
 
 def _print_stage(stage: str, seconds: float) -> None:
@@ -119,6 +123,7 @@ def cmd_explain(args) -> None:
     from .frontend.naming import ConvertKeepingNames
     from .pipeline import annotate_module
     from .diagnostics.report import Report
+    from .rewrites.lift_weights import LiftWeightTransforms
 
     if args.svg:
         require_graphviz()
@@ -129,6 +134,8 @@ def cmd_explain(args) -> None:
     model = load_model(args.model, args.module)
     try:
         packed = ConvertKeepingNames(texture.target)(model)
+        if args.lift_weights:
+            packed = LiftWeightTransforms(packed)
         _, plans = annotate_module(packed, texture)
     except TexscopeError as err:
         raise TexscopeError(f"{args.model}: {err}") from None
@@ -178,9 +185,13 @@ def cmd_run(args) -> int:
     target = opencl.device_target(device, args.target)
     print(f"building for {args.target} (texture limits {target['texture_spatial_limit']} x "
           f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
-    result = build(model, target, log=_print_stage, profile=args.cost_profile)
+    result = build(model, target, log=_print_stage, profile=args.cost_profile,
+                   lift_weights=args.lift_weights)
     inputs = verify.random_inputs(model, seed=args.seed, sizes=sizes)
-    run = opencl.run(result, inputs, device)
+    if args.lift_weights:
+        print("main takes the packed weights: main_transform_params computed on the CPU")
+    run = opencl.run(result, verify.lifted_inputs(model, inputs, target) if args.lift_weights
+                     else inputs, device)
     check = verify.compare(run.outputs, verify.reference_outputs(model, inputs),
                            rtol=args.tolerance, atol=args.tolerance)
     print(f"ran on {device.name.strip()} ({device.platform.name.strip()}): "
@@ -235,11 +246,7 @@ def main(argv=None) -> int:
     p.add_argument("-j", "--jobs", type=int,
                    help="threads that schedule and lower kernels (default: $TEXSCOPE_JOBS, "
                         "else one per CPU); the output is the same whatever the number")
-    p.add_argument("--lift-weights", action="store_true",
-                   help="pack the weights once, at load: what the model computes from its weights "
-                        "alone goes into <function>_transform_params, and the function takes the "
-                        "packed weights (its parameters after num_input, the attribute that must "
-                        "say which are weights)")
+    p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory: new, empty, or one texscope wrote "
@@ -255,6 +262,7 @@ def main(argv=None) -> int:
                                     "the --svg picture)")
     p.add_argument("--svg", help="also draw the graph into this SVG file (needs Graphviz)")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
+    p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
     p.set_defaults(run=cmd_explain)
     p = commands.add_parser("run", help="build, run once on the default OpenCL device, "
                                         "compare with the CPU and time each kernel")
@@ -268,6 +276,7 @@ def main(argv=None) -> int:
                         "--size h=224 --size w=224); one build runs at any size")
     p.add_argument("--top", type=int, default=15, help="how many of the slowest commands to print")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
+    p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
     p.set_defaults(run=cmd_run)
     p = commands.add_parser("calibrate", help="measure what textures, buffers and copies cost "
                                               "on an OpenCL device: a cost profile for build "

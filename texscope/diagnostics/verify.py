@@ -15,12 +15,14 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..convert_layout import ConvertToPackedLayout
 from ..rewrites.legalize import packed_legalizations
+from ..rewrites.lift_weights import LiftWeightTransforms
 from ..knowledge import registry
 from ..errors import TexscopeError
 from .numerics import Comparison, compare  # noqa: F401  (verify's API)
 from ..ir.graph import (DPS_OPS, Constant, annotated_functions, dps_inputs, relax_bindings,
-                        TO_VDEVICE, static_shape, tensor_types)
+                        TO_VDEVICE, static_shape, tensor_types, weight_params)
 from ..ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope, texture_target
@@ -290,3 +292,20 @@ def reference_outputs(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.nd
     # Stage 1 compiles for inference, as TVM's own pipeline does: batch norm
     # uses its moving statistics, so the reference must too.
     return _run_on_cpu(relax.transform.DecomposeOpsForInference()(mod), inputs)
+
+
+def lifted_inputs(mod: tvm.IRModule, inputs: list[np.ndarray], target) -> list[np.ndarray]:
+    """What ``main`` of ``texscope.build(mod, target, lift_weights=True)``
+    takes for ``inputs`` of ``mod``'s ``main``: its inputs, then what
+    ``main_transform_params`` makes of its weights, computed on the CPU (from
+    stage 1 for ``target``, lifted, compiled for ``llvm``; the build's own
+    stage 1 but for the names it gives temporaries)."""
+    texture = texture_target(target)
+    with texture.target:
+        lifted = LiftWeightTransforms(ConvertToPackedLayout(texture.target)(mod))
+    transform = relax.transform.DeadCodeElimination(["main_transform_params"])(tvm.IRModule(
+        {gvar: func for gvar, func in lifted.functions.items() if gvar.name_hint != "main"}))
+    machine = relax.VirtualMachine(tvm.compile(transform, "llvm"), tvm.cpu())
+    count = len(mod["main"].params) - len(weight_params(mod["main"]))
+    packed = machine["main_transform_params"](tuple(tvm.runtime.tensor(w) for w in inputs[count:]))
+    return [*inputs[:count], *(p.numpy() for p in packed)]
