@@ -72,7 +72,8 @@ def require_declared_weights(mod: tvm.IRModule) -> list[relax.GlobalVar]:
         raise TexscopeError(
             "lifting weight transforms needs the model's function to say which parameters are "
             "weights: set the attribute num_input (the count of leading inputs; the parameters "
-            "after them are weights), e.g. mod['main'] = mod['main'].with_attr('num_input', 1)")
+            "after them are weights), e.g. mod['main'] = mod['main'].with_attr('num_input', 1); "
+            "weights that are constants (an imported .tflite's) are packed at build time already")
     return declaring
 
 
