@@ -39,7 +39,7 @@ def bias_packed(bias: np.ndarray) -> np.ndarray:
 def stage_one_lifted(mod):
     texture = texture_target("adreno-opencl")
     with texture.target:
-        return LiftWeightTransforms(ConvertKeepingNames(texture.target)(mod))
+        return texscope.LiftWeightTransforms(ConvertKeepingNames(texture.target)(mod))
 
 
 def test_weight_packing_moves_into_transform_params():

@@ -29,6 +29,7 @@ _EXPORTS = {
     "ScopeChoice": "collect_producer",
     "collect_producer": "collect_producer",
     "ConvertToPackedLayout": "convert_layout",
+    "LiftWeightTransforms": "rewrites.lift_weights",
     "PlanCost": "planner.cost",
     "plan_cost": "planner.cost",
     "define_vdevice": "define_vdevice",
