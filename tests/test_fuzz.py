@@ -51,6 +51,10 @@ def test_random_modules_keep_invariants_and_numbers(recipe, tiny):
 # GPU fallback inlined into the reduction's update (3 * lv for 2 * lv).
 @example(recipe=(3, 4, 4, (("mean", 0, 0, False), ("mean", 1, 0, False), ("conv", 0, 0, False),
                            ("add", 1, 1, False))), tiny=False)
+# And: a pool of 640 texels on 256 threads, whose guarded reduction the texel
+# writer could not vectorize; it declined, and TVM's Adreno fallback failed.
+@example(recipe=(3, 80, 4, (("conv", 0, 1, False), ("conv", 0, 0, False), ("max_pool", 1, 0, False),
+                            ("conv", 3, 0, False))), tiny=False)
 def test_random_modules_run_on_opencl_as_on_the_cpu(recipe, tiny):
     device_limits = opencl.device_target(base="adreno-opencl")
     target = dict(device_limits, texture_spatial_limit=64, texture_depth_limit=16) if tiny \

@@ -220,6 +220,30 @@ def test_pools_between_convs_write_textures_and_compute_the_cpu_numbers():
         assert "float4" in body and body.count("write_imagef") == 1
 
 
+def test_a_pool_on_a_guarded_thread_split_writes_whole_texels():
+    """Its reduction, guarded, cannot be vectorized: its lanes stay scalars
+    in registers, and the store still writes texels (the texel writer used
+    to decline it, and TVM's Adreno fallback then failed midway)."""
+    result, run, expected = run_and_compare(texel_cases.PoolOfUnevenTexels)
+    assert_close(run, expected)
+    (pool,), bodies = _kernels_of(result, "pool")
+    assert pool.tensors[-1].is_texture
+    (body,) = [b for name, b in bodies.items() if name.startswith(pool.function)]
+    assert body.count("write_imagef") == 1
+
+
+def test_a_rule_failing_midway_is_a_named_error():
+    capture = BeforeScheduling()
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(texel_cases.PoolOfUnevenTexels, "adreno-opencl")
+    kernels = capture.module
+    with pytest.raises(texscope.TexscopeError, match=r"could schedule kernel 'max_pool2d': one "
+                       r"failed midway \(Error message: The buffer pool_max") as err:
+        with ADRENO:
+            schedule.ScheduleKernels(TextureFallback(), jobs=1)(kernels)
+    assert err.value.function == "main" and err.value.binding is not None
+
+
 def test_channel_padding_and_packing_are_one_kernel():
     result, run, expected = run_and_compare(texel_cases.RGBStem)
     assert_close(run, expected)

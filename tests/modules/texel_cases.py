@@ -256,3 +256,20 @@ class OneByOneResidual:
             gv = R.nn.relu(R.add(a, h))
             R.output(gv)
         return gv
+
+
+@I.ir_module
+class PoolOfUnevenTexels:
+    """A 3x3 max pool (stride 1, padding 1) between convs on a map of 2 x 80
+    x 4 texels: 640 texels on 256 threads, so the thread split is guarded
+    (found by the OpenCL fuzzer)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 80, 4), "float32"), w1: R.Tensor((8, 8, 3, 3), "float32"),
+             w2: R.Tensor((8, 8, 3, 3), "float32")):
+        with R.dataflow():
+            a = R.nn.conv2d(x, w1, padding=[1, 1, 1, 1])
+            p = R.nn.max_pool2d(a, pool_size=[3, 3], strides=[1, 1], padding=[1, 1, 1, 1])
+            y = R.nn.conv2d(p, w2, padding=[1, 1, 1, 1])
+            R.output(y)
+        return y

@@ -189,14 +189,15 @@ class TexelWriter(dlight.ScheduleRule):
         for producer in others:
             sch.set_scope(producer, 0, "local")
             sch.compute_at(producer, thread_x)
-        TexelWriter._vectorize_lanes(sch, compute, thread_x)
-        for producer in others:
-            # compute_at guards a producer with fewer texel blocks than the
-            # output (a pool a channel pad reads) by its extent; TVM will
-            # not vectorize a guarded reduction: its lanes stay scalars, in
-            # registers.
+        # TVM will not vectorize a guarded reduction: compute_at guards a
+        # producer with fewer texel blocks than the output (a pool a channel
+        # pad reads) by its extent, and the compute by the threads' guard
+        # where they do not divide the texels (a pool of 640 texels on 256
+        # threads, found by the OpenCL fuzzer).  Its lanes then stay
+        # scalars, in registers; the store still writes whole texels.
+        for block in (compute, *others):
             try:
-                TexelWriter._vectorize_lanes(sch, producer, thread_x)
+                TexelWriter._vectorize_lanes(sch, block, thread_x)
             except s_tir.ScheduleError:
                 pass
         return sch
@@ -537,7 +538,7 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
         if jobs > 1:
             firsts.sort(key=lambda i: -_reducing_blocks(pending[i][1]))
         done = dict(zip(firsts, map_in_order(
-            lambda i: self._schedule(pending[i][1], current), firsts, jobs)))
+            lambda i: self._located(mod, pending[i], current), firsts, jobs)))
         # A variant of a kernel that rules blind to scopes scheduled gets that
         # schedule; the others are scheduled on their own.
         alone = []
@@ -552,7 +553,7 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
             else:
                 done[index] = (shared, rule)
         done.update(zip(alone, map_in_order(
-            lambda i: self._schedule(pending[i][1], current), alone, jobs)))
+            lambda i: self._located(mod, pending[i], current), alone, jobs)))
         mod = tvm.IRModule(mod.functions, attrs=mod.attrs, global_infos=mod.global_infos)
         for index, (gvar, _) in enumerate(pending):
             if done[index][0] is not None:
@@ -567,6 +568,20 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
             if rule.may_take(func):
                 return True
         return False
+
+    def _located(self, mod: tvm.IRModule, kernel: tuple, current) -> tuple:
+        """:meth:`_schedule`, a rule's ScheduleError a TexscopeError naming
+        the kernel and its first caller (a rule that cannot schedule a
+        kernel declines it; one that fails midway is a gap in the rules)."""
+        gvar, func = kernel
+        try:
+            return self._schedule(func, current)
+        except s_tir.ScheduleError as err:
+            reason = next((line.strip() for line in str(err).splitlines()
+                           if line.strip().startswith("Error message:")), type(err).__name__)
+            function, binding = _caller(mod, gvar)
+            raise TexscopeError(f"no schedule rule could schedule kernel {gvar.name_hint!r}: "
+                                f"one failed midway ({reason})", function, binding) from None
 
     def _schedule(self, func: tvm.tirx.PrimFunc, current) -> tuple:
         """The scheduled kernel and the index of the rule that took it
