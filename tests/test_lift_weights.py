@@ -36,10 +36,14 @@ def bias_packed(bias: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bias.reshape(1, bias.shape[1] // 4, 4, 1, 1).transpose(0, 1, 3, 4, 2))
 
 
-def stage_one_lifted(mod):
+def stage_one(mod):
     texture = texture_target("adreno-opencl")
     with texture.target:
-        return texscope.LiftWeightTransforms(ConvertKeepingNames(texture.target)(mod))
+        return ConvertKeepingNames(texture.target)(mod)
+
+
+def stage_one_lifted(mod):
+    return texscope.LiftWeightTransforms(stage_one(mod))
 
 
 def test_weight_packing_moves_into_transform_params():
@@ -69,12 +73,6 @@ def main_transform_params(model_params: R.Tuple(R.Tensor((8, 8, 3, 3), dtype="fl
     assert [b.value.args[0].name_hint for b in bindings(out)
             if isinstance(b.value, relax.Call) and b.value.op.name == "relax.call_tir"] == [
         "te_layout_transform", "relu", "add", "te_layout_transform3"]
-
-
-def stage_one(mod):
-    texture = texture_target("adreno-opencl")
-    with texture.target:
-        return ConvertKeepingNames(texture.target)(mod)
 
 
 @pytest.mark.parametrize("network", [n for n in sorted(zoo.NETWORKS)

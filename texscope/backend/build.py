@@ -287,7 +287,7 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
     -------
     BuildResult
     """
-    if lift_weights:
+    if lift_weights:  # before stage 1, which takes most of a build of a large model
         require_declared_weights(mod)
     keep_freed_memory()  # TVM's analyzers allocate and free MiBs per primitive
     if time_passes:

@@ -22,7 +22,7 @@ from ..knowledge import registry
 from ..errors import TexscopeError
 from .numerics import Comparison, compare  # noqa: F401  (verify's API)
 from ..ir.graph import (DPS_OPS, Constant, annotated_functions, dps_inputs, relax_bindings,
-                        TO_VDEVICE, static_shape, tensor_types, weight_params)
+                        TO_VDEVICE, inputs_and_weights, static_shape, tensor_types)
 from ..ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope, texture_target
@@ -306,6 +306,6 @@ def lifted_inputs(mod: tvm.IRModule, inputs: list[np.ndarray], target) -> list[n
     transform = relax.transform.DeadCodeElimination(["main_transform_params"])(tvm.IRModule(
         {gvar: func for gvar, func in lifted.functions.items() if gvar.name_hint != "main"}))
     machine = relax.VirtualMachine(tvm.compile(transform, "llvm"), tvm.cpu())
-    count = len(mod["main"].params) - len(weight_params(mod["main"]))
+    count = len(inputs_and_weights(mod["main"])[0])
     packed = machine["main_transform_params"](tuple(tvm.runtime.tensor(w) for w in inputs[count:]))
     return [*inputs[:count], *(p.numpy() for p in packed)]

@@ -38,12 +38,14 @@ DPS_OPS = frozenset({CALL_TIR, "relax.call_tir_inplace", "relax.call_dps_packed"
 NUM_INPUT = "num_input"
 
 
-def weight_params(func: relax.Function) -> list[relax.Var]:
-    """The parameters ``func`` declares weights (after the first ``num_input``);
-    none where it does not say."""
-    if func.attrs is None or NUM_INPUT not in func.attrs:
-        return []
-    return list(func.params[int(func.attrs[NUM_INPUT]):])
+def inputs_and_weights(func: relax.Function) -> tuple[list[relax.Var], list[relax.Var]]:
+    """``func``'s parameters split at ``num_input``: its inputs, then the
+    parameters it declares weights (none where it says nothing it can mean)."""
+    params = list(func.params)
+    count = func.attrs.get(NUM_INPUT) if func.attrs is not None else None
+    if count is None or not 0 <= int(count) <= len(params):
+        return params, []
+    return params[:int(count)], params[int(count):]
 
 
 @attrs.frozen
@@ -284,9 +286,9 @@ class _Builder:
 
     def build(self, func: relax.Function) -> FunctionGraph:
         params = []
-        inputs = len(func.params) - len(weight_params(func))
+        inputs, _ = inputs_and_weights(func)
         for position, param in enumerate(func.params):
-            origin = "param" if position < inputs else "weight"
+            origin = "param" if position < len(inputs) else "weight"
             params.append(self.tensors_of_type(param.name, origin, param.ty))
             self.value_of[param] = params[-1]
         for block in func.body.blocks:

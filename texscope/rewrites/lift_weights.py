@@ -40,7 +40,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import TexscopeError
-from ..ir.graph import NUM_INPUT, vars_read, weight_params
+from ..ir.graph import NUM_INPUT, inputs_and_weights, vars_read
 
 _STOP_LIFT = "relax.builtin.stop_lift_params"
 
@@ -86,8 +86,8 @@ def _computable(func: relax.Function) -> tuple[list, set, set]:
     (dataflow bindings reading only such variables), those of them that read
     a weight (directly or not), and the variables ``func`` needs at run time
     (read by the bindings that stay, or returned)."""
-    computable, liftable, needs_weight = [], set(weight_params(func)), set(weight_params(func))
-    stays = []
+    _, weights = inputs_and_weights(func)
+    computable, liftable, needs_weight, stays = [], set(weights), set(weights), []
     for block in func.body.blocks:
         for binding in block.bindings:
             value = binding.value
@@ -115,7 +115,7 @@ def _transform_outputs(func: relax.Function, computable: list, needs_weight: set
                        needed: set) -> list:
     """What the transform returns, in TVM's order: the weights the function
     still reads, in order, then the computed tensors it reads, in order."""
-    return [p for p in weight_params(func) if p in needed] + [
+    return [p for p in inputs_and_weights(func)[1] if p in needed] + [
         b.var for b in computable if b.var in needs_weight and b.var in needed]
 
 
@@ -135,7 +135,8 @@ def lifted_function(mod: tvm.IRModule, gvar: relax.GlobalVar) -> tvm.IRModule | 
     them (see the module docstring); None where the shortcut does not model
     the function."""
     func = mod[gvar]
-    if relax.analysis.defined_symbolic_vars(func) or len(weight_params(func)) == len(func.params):
+    inputs, _ = inputs_and_weights(func)
+    if relax.analysis.defined_symbolic_vars(func) or not inputs:
         return None
     try:
         computable, needs_weight, needed = _computable(func)
@@ -147,7 +148,6 @@ def lifted_function(mod: tvm.IRModule, gvar: relax.GlobalVar) -> tvm.IRModule | 
                             attrs=mod.attrs, global_infos=mod.global_infos)
     lifted = relax.transform.LiftTransformParams()(skeleton)
     new_params = list(lifted[gvar.name_hint].params)
-    inputs = func.params[:len(func.params) - len(weight_params(func))]
     if len(new_params) != len(inputs) + len(outputs) or any(
             old.name != new.name for old, new in zip([*inputs, *outputs], new_params)):
         return None
