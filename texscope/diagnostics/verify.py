@@ -195,7 +195,9 @@ def strip_scopes(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.IRModule(stripped.functions, attrs=None, global_infos=infos)
 
 
-def _run_on_cpu(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def _run_on_cpu(mod: tvm.IRModule, inputs: list, function: str = "main") -> list[np.ndarray]:
+    """``function`` of ``mod`` compiled for ``llvm`` and run on ``inputs``
+    (arrays, or tuples of them for a tuple parameter); its outputs, flat."""
     with tvm.target.Target("llvm"):
         # The default legalization leaves packed convs to texscope's compute,
         # which is target-independent.
@@ -203,8 +205,14 @@ def _run_on_cpu(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]
         mod = relax.transform.LegalizeOps(packed_legalizations())(mod)
     executable = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(executable, tvm.cpu())
-    result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    result = vm[function](*[_on_cpu(a) for a in inputs])
     return [r.numpy() for r in _flatten(result)]
+
+
+def _on_cpu(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_on_cpu(item) for item in value)
+    return tvm.runtime.tensor(value)
 
 
 def _flatten(value):
@@ -305,7 +313,5 @@ def lifted_inputs(mod: tvm.IRModule, inputs: list[np.ndarray], target) -> list[n
         lifted = LiftWeightTransforms(ConvertToPackedLayout(texture.target)(mod))
     transform = relax.transform.DeadCodeElimination(["main_transform_params"])(tvm.IRModule(
         {gvar: func for gvar, func in lifted.functions.items() if gvar.name_hint != "main"}))
-    machine = relax.VirtualMachine(tvm.compile(transform, "llvm"), tvm.cpu())
     count = len(inputs_and_weights(mod["main"])[0])
-    packed = machine["main_transform_params"](tuple(tvm.runtime.tensor(w) for w in inputs[count:]))
-    return [*inputs[:count], *(p.numpy() for p in packed)]
+    return [*inputs[:count], *_run_on_cpu(transform, [inputs[count:]], "main_transform_params")]
