@@ -75,8 +75,9 @@ def models(names: list[str], constants: bool = False, lift: bool = False) -> dic
         found = {name: lambda load=load: zoo.with_constant_weights(load()) for name, load in found.items()}
     if lift:
         found = {name: lambda load=load: zoo.with_declared_weights(load()) for name, load in found.items()}
-    for name, path in sorted(corpus.mediapipe_models().items()) if not lift else ():
-        found[name] = lambda path=path: load_tflite(path)
+    else:
+        for name, path in sorted(corpus.mediapipe_models().items()):
+            found[name] = lambda path=path: load_tflite(path)
     if names:
         found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
     return found
