@@ -29,12 +29,12 @@ def _use_counts(mod: tvm.IRModule, gvar: relax.GlobalVar) -> dict[relax.Var, int
         if isinstance(expr, relax.Var):
             counts[expr] = counts.get(expr, 0) + 1
         elif isinstance(expr, relax.Tuple):
-            for field in expr.fields:
+            for field in expr.fields[:]:
                 count(field)
         elif isinstance(expr, relax.TupleGetItem):
             count(expr.tuple_value)
         elif isinstance(expr, relax.Call):
-            for arg in expr.args:
+            for arg in expr.args[:]:
                 count(arg)
 
     for _, binding in relax_bindings(mod, [gvar]):

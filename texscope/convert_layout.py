@@ -101,7 +101,7 @@ def _redirect_calls(func: relax.Function, canonical: dict) -> relax.Function:
 def _all_constant(expr) -> bool:
     """No variable among the (possibly nested tuple) argument ``expr``."""
     if isinstance(expr, relax.Tuple):
-        return all(_all_constant(field) for field in expr.fields)
+        return all(_all_constant(field) for field in expr.fields[:])
     return not isinstance(expr, relax.Var)
 
 
@@ -112,7 +112,7 @@ def _foldable(mod: tvm.IRModule) -> bool:
     """
     return any(
         isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
-        and all(_all_constant(arg) for arg in binding.value.args)
+        and all(_all_constant(arg) for arg in binding.value.args[:])
         for _, binding in relax_bindings(mod)
     )
 

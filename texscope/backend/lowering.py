@@ -41,7 +41,7 @@ _TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")
 
 def _primitive_store(call):
     if call.op.same_as(_TEXTURE_STORE) and not isinstance(call.ty, tvm.ir.PrimType):
-        return tvm.ir.Call(call.op, list(call.args), call.attrs, span=call.span,
+        return tvm.ir.Call(call.op, call.args[:], call.attrs, span=call.span,
                            ret_ty=tvm.ir.PrimType("int32"))
     return call
 

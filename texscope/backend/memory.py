@@ -177,14 +177,14 @@ def _constants(func: relax.Function) -> int:
         if isinstance(expr, tvm.ir.expr.GenericConst):
             seen[expr] = static_bytes(expr.ty)
         elif isinstance(expr, relax.Tuple):
-            for field in expr.fields:
+            for field in expr.fields[:]:
                 visit(field)
         elif isinstance(expr, relax.Call):
-            for arg in expr.args:
+            for arg in expr.args[:]:
                 visit(arg)
 
-    for block in func.body.blocks:
-        for binding in block.bindings:
+    for block in func.body.blocks[:]:
+        for binding in block.bindings[:]:
             visit(binding.value)
     return sum(seen.values())
 
@@ -231,8 +231,8 @@ def _lifetimes(mod: tvm.IRModule, function: str) -> _Lifetimes:
         if not references[storage]:
             events.append((storage, -1))
 
-    for block in func.body.blocks:
-        for binding in block.bindings:
+    for block in func.body.blocks[:]:
+        for binding in block.bindings[:]:
             value, name = binding.value, op_name(binding.value)
             if name == ALLOC_STORAGE:
                 sizes[binding.var] = storage_bytes(value)
@@ -296,8 +296,8 @@ def _resized_storages(mod: tvm.IRModule, func: relax.Function) -> dict[relax.Var
     planner made larger than their largest tensor needs."""
     planned: dict[relax.Var, int] = {}
     held: dict[relax.Var, list[_Tensor | None]] = {}
-    for block in func.body.blocks:
-        for binding in block.bindings:
+    for block in func.body.blocks[:]:
+        for binding in block.bindings[:]:
             value, name = binding.value, op_name(binding.value)
             if name == ALLOC_STORAGE and shape_expr_dims(value.args[0]):
                 planned[binding.var] = storage_bytes(value)
@@ -321,9 +321,9 @@ def _with_sizes(mod: tvm.IRModule, func: relax.Function,
                 sizes: dict[relax.Var, int]) -> relax.Function:
     builder = relax.BlockBuilder(mod)  # types the new calls
     blocks = []
-    for block in func.body.blocks:
+    for block in func.body.blocks[:]:
         bindings = []
-        for binding in block.bindings:
+        for binding in block.bindings[:]:
             if binding.var in sizes:
                 call = binding.value
                 shape = relax.ShapeExpr([tvm.tirx.IntImm("int64", sizes[binding.var])])

@@ -131,7 +131,7 @@ def order_for_memory(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
             continue
         kept = set(vars_read(func.body.body))
         for later in blocks[at + 1:]:
-            for binding in later.bindings:
+            for binding in later.bindings[:]:
                 kept.update(vars_read(binding.value))
         new = reordered_block(block, kept)
         changed |= new is not block

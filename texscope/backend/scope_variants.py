@@ -27,7 +27,7 @@ NAMING_ATTRS = ("global_symbol", "texscope.storage_signature")
 def _shapes(func: tvm.tirx.PrimFunc) -> tuple | None:
     """Each parameter's static shape and dtype (None where one is symbolic)."""
     key = []
-    for param in func.params:
+    for param in func.params[:]:
         if not isinstance(param.ty, tvm.tirx.BufferType):
             return None
         dims = static_dims(param.ty.shape)

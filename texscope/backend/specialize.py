@@ -22,7 +22,7 @@ from ..ir.rebuild import Rebuilder, replace_functions
 
 def _scopes(ty) -> tuple[str, ...]:
     if isinstance(ty, relax.TupleType):
-        return tuple(scope for field in ty.fields for scope in _scopes(field))
+        return tuple(scope for field in ty.fields[:] for scope in _scopes(field))
     if isinstance(ty, relax.TensorType) and ty.vdevice is not None:
         return (str(ty.vdevice.memory_scope),)
     return ("",)

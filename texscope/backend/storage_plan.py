@@ -338,7 +338,7 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
 def _read_after(func: relax.Function, block_index: int) -> set:
     read = set(vars_read(func.body.body))
     for block in func.body.blocks[block_index + 1:]:
-        for binding in block.bindings:
+        for binding in block.bindings[:]:
             read.update(vars_read(binding.value))
     return read
 

@@ -74,7 +74,7 @@ def _sources(value) -> list:
     if isinstance(value, relax.TupleGetItem):
         return [value.tuple_value]
     if isinstance(value, relax.Tuple):
-        return list(value.fields)
+        return value.fields[:]
     return [value]
 
 

@@ -155,7 +155,7 @@ def tensor_types(ty):
     if isinstance(ty, relax.TensorType):
         yield ty
     elif isinstance(ty, relax.TupleType):
-        for field in ty.fields:
+        for field in ty.fields[:]:
             yield from tensor_types(field)
 
 
@@ -207,8 +207,8 @@ def static_shape(ty) -> tuple[int, ...] | None:
 def dps_inputs(call: relax.Call) -> list[relax.Expr]:
     """The kernel inputs of a call: the packed tuple of a DPS call, else its args."""
     if isinstance(call.op, tvm.ir.Op) and call.op.name in DPS_OPS:
-        return list(call.args[1].fields)
-    return list(call.args)
+        return call.args[1].fields[:]
+    return call.args[:]
 
 
 class _Builder:
@@ -237,7 +237,7 @@ class _Builder:
         if isinstance(ty, relax.TupleType):
             return tuple(
                 self.tensors_of_type(f"{name}[{i}]", origin, field)
-                for i, field in enumerate(ty.fields)
+                for i, field in enumerate(ty.fields[:])
             )
         return None
 
@@ -251,7 +251,7 @@ class _Builder:
                 )
             return self.constant_of[expr]
         if isinstance(expr, relax.Tuple):
-            return tuple(self.resolve(field, binding) for field in expr.fields)
+            return tuple(self.resolve(field, binding) for field in expr.fields[:])
         if isinstance(expr, relax.TupleGetItem):
             whole = self.resolve(expr.tuple_value, binding)
             return whole[expr.index] if isinstance(whole, tuple) else None
@@ -291,9 +291,9 @@ class _Builder:
             origin = "param" if position < len(inputs) else "weight"
             params.append(self.tensors_of_type(param.name, origin, param.ty))
             self.value_of[param] = params[-1]
-        for block in func.body.blocks:
+        for block in func.body.blocks[:]:
             in_dataflow = isinstance(block, relax.DataflowBlock)
-            for binding in block.bindings:
+            for binding in block.bindings[:]:
                 var, value = binding.var, binding.value
                 if isinstance(value, relax.Call):
                     if not in_dataflow:
@@ -363,8 +363,8 @@ def relax_bindings(mod: tvm.IRModule, functions=None):
     for gvar in mod.functions if functions is None else functions:
         func = mod[gvar]
         if isinstance(func, relax.Function):
-            for block in func.body.blocks:
-                for binding in block.bindings:
+            for block in func.body.blocks[:]:
+                for binding in block.bindings[:]:
                     yield gvar, binding
 
 

@@ -75,10 +75,10 @@ class Rebuilder:
         class of each binding's new variable (its old one's by default).
         """
         blocks = []
-        for self.block, block in enumerate(func.body.blocks):
+        for self.block, block in enumerate(func.body.blocks[:]):
             self.bindings = []
             self.in_dataflow = isinstance(block, relax.DataflowBlock)
-            for binding in block.bindings:
+            for binding in block.bindings[:]:
                 var = binding.var
                 value = self.builder.normalize(rewrite(binding))
                 if isinstance(binding, relax.MatchCast):
@@ -181,10 +181,10 @@ def _with_rewritten_bindings(func: relax.Function, rewrite, name: str) -> relax.
     builder = relax.BlockBuilder()
     bound: dict = {}
     blocks, changed = [], False
-    for block in func.body.blocks:
+    for block in func.body.blocks[:]:
         bindings = []
         var_type = relax.DataflowVar if isinstance(block, relax.DataflowBlock) else relax.Var
-        for binding in block.bindings:
+        for binding in block.bindings[:]:
             if isinstance(binding, relax.VarBinding):
                 value = rewrite(binding.value, bound)
                 bound[binding.var] = binding.value

@@ -46,7 +46,7 @@ def _static_tensor(ty) -> tuple[tuple[int, ...], str] | None:
 
 def _has_variable(expr) -> bool:
     if isinstance(expr, relax.Tuple):
-        return any(_has_variable(field) for field in expr.fields)
+        return any(_has_variable(field) for field in expr.fields[:])
     return isinstance(expr, relax.Var)
 
 
@@ -65,8 +65,8 @@ class _FunctionValues:
         self.constants: dict[relax.Var, Constant] = {}
         self.shapes: dict[relax.Var, relax.ShapeExpr] = {}
         self.candidates: list[relax.VarBinding] = []
-        for block in func.body.blocks:
-            for binding in block.bindings:
+        for block in func.body.blocks[:]:
+            for binding in block.bindings[:]:
                 if not isinstance(binding, relax.VarBinding):
                     continue
                 value = binding.value
@@ -228,7 +228,7 @@ class _Rewrite(relax.PyExprMutator):
         if not isinstance(call.op, tvm.ir.Op) or call.op.same_as(_CALL_TIR):
             return call
         args = [self._shape_of(a) for a in call.args]
-        if all(a.same_as(b) for a, b in zip(args, call.args)):
+        if all(a.same_as(b) for a, b in zip(args, call.args[:])):
             return call
         return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
 
@@ -244,7 +244,7 @@ def _takes_a_shape_variable(func: relax.Function, known: _FunctionValues) -> boo
     return any(
         isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
         and not binding.value.op.same_as(_CALL_TIR)
-        and any(isinstance(arg, relax.Var) and arg in known.shapes for arg in binding.value.args)
+        and any(isinstance(arg, relax.Var) and arg in known.shapes for arg in binding.value.args[:])
         for block in func.body.blocks for binding in block.bindings)
 
 

@@ -121,7 +121,7 @@ def static_shape_of(ty) -> list:
     shape = ty.shape if isinstance(ty, relax.TensorType) else None
     if not isinstance(shape, relax.ShapeExpr):
         raise Unsupported("no static shape")
-    return list(shape.values)
+    return shape.values[:]
 
 
 def int_extents(shape: Sequence) -> list[int]:

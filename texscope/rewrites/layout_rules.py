@@ -157,7 +157,7 @@ def plain(converter, call, rule) -> Inferred:
     if rule.axes_operand is not None:
         axes = call.args[rule.axes_operand]
         if not isinstance(axes, relax.Tuple) or not all(
-                isinstance(a, tvm.tirx.IntImm) for a in axes.fields):
+                isinstance(a, tvm.tirx.IntImm) for a in axes.fields[:]):
             raise Unsupported("axes not static")
         new_args[rule.axes_operand] = relax.Tuple(
             [tvm.tirx.IntImm("int64", (a.value + ndim) % ndim) for a in axes.fields])
@@ -207,7 +207,7 @@ def split(converter, call, rule) -> Inferred:
         raise Unsupported("split of unknown rank")
     layout = converter.leaf(call.args[0])
     if packed(layout):
-        for part in call.ty.fields:
+        for part in call.ty.fields[:]:
             if not can_prove_transform(initial(ndim), layout, static_shape_of(part)):
                 layout = initial(ndim)
                 break

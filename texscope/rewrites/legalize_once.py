@@ -58,20 +58,23 @@ def _argument_key(arg: relax.Expr):
 
 
 def _signature(call: relax.Call) -> tuple | None:
-    keys = [_argument_key(arg) for arg in call.args]
+    # A slice reads an FFI array's elements without iteration's per-element
+    # length and index checks.
+    args = call.args[:]
+    keys = [_argument_key(arg) for arg in args]
     if any(key is None for key in keys):
         return None
     # Which arguments are one variable: call_te gives each its own parameter,
     # but where they sit in the call_tir must stay the same.
-    aliases = [next(j for j, other in enumerate(call.args) if other.same_as(arg))
-               for arg in call.args]
-    return (call.attrs, *keys, call.ty, *call.ty_args, *aliases)
+    aliases = [next(j for j, other in enumerate(args) if other.same_as(arg)) for arg in args]
+    return (call.attrs, *keys, call.ty, *call.ty_args[:], *aliases)
 
 
 def _variables_only_signature(call: relax.Call) -> tuple | None:
-    if not all(isinstance(arg, relax.Var) for arg in call.args):
+    args = call.args[:]
+    if not all(isinstance(arg, relax.Var) for arg in args):
         return None
-    return (call.attrs, *(arg.ty for arg in call.args), call.ty)
+    return (call.attrs, *(arg.ty for arg in args), call.ty)
 
 
 def _same(a: tuple, b: tuple) -> bool:
@@ -87,9 +90,9 @@ def _plain_call_tir(lowered: relax.Expr) -> bool:
 def _argument_positions(call: relax.Call, lowered: relax.Call) -> list[int] | None:
     """Where each operand of the ``call_tir``, in order, sits among the call's
     arguments (None where one is not an argument: a rewritten operand)."""
-    positions, start = [], 0
-    for field in lowered.args[1].fields:
-        found = next((i for i in range(start, len(call.args)) if call.args[i].same_as(field)), None)
+    positions, start, args = [], 0, call.args[:]
+    for field in lowered.args[1].fields[:]:
+        found = next((i for i in range(start, len(args)) if args[i].same_as(field)), None)
         if found is None:
             return None
         positions.append(found)
@@ -172,7 +175,7 @@ def _repeatable(call: relax.Call, lowered: relax.Expr, added: list) -> _Legalize
     positions = _argument_positions(call, lowered)
     if positions is None or not gvar.same_as(lowered.args[0]) \
             or not isinstance(func, tvm.tirx.PrimFunc) \
-            or not _named_as_call_te_names(func, list(lowered.args[1].fields)):
+            or not _named_as_call_te_names(func, lowered.args[1].fields[:]):
         return None
     return _Legalized(lowered, tuple(positions), func, name_hint)
 
@@ -207,7 +210,7 @@ def once_per_signature(legalize):
         if plain is not None:
             lowered = variables_only.find(plain)
             if lowered is not None:
-                return relax.Call(lowered.op, [lowered.args[0], relax.Tuple(list(call.args))],
+                return relax.Call(lowered.op, [lowered.args[0], relax.Tuple(call.args[:])],
                                   lowered.attrs, lowered.ty_args)
             lowered = legalize(bb, call)
             if _plain_call_tir(lowered) and _argument_positions(call, lowered) \

@@ -75,7 +75,7 @@ class _BlockConverter:
         if isinstance(expr, Constant):
             return initial(expr.ty.ndim)
         if isinstance(expr, relax.Tuple):
-            return tuple(self.layout_of(field) for field in expr.fields)
+            return tuple(self.layout_of(field) for field in expr.fields[:])
         return None
 
     def replace(self, expr: relax.Expr) -> relax.Expr:
@@ -83,7 +83,7 @@ class _BlockConverter:
             return self.remap.get(expr, expr)
         if isinstance(expr, relax.Tuple):
             fields = [self.replace(f) for f in expr.fields]
-            if any(not new.same_as(old) for new, old in zip(fields, expr.fields)):
+            if any(not new.same_as(old) for new, old in zip(fields, expr.fields[:])):
                 return relax.Tuple(fields, expr.span)
         return expr
 
@@ -92,7 +92,7 @@ class _BlockConverter:
         in a layout transform that the enclosing normalization binds."""
         if isinstance(expr, relax.Tuple) and isinstance(to, tuple) and len(to) == len(expr.fields):
             fields = [self.rewrite(field, layout) for field, layout in zip(expr.fields, to)]
-            if all(new.same_as(old) for new, old in zip(fields, expr.fields)):
+            if all(new.same_as(old) for new, old in zip(fields, expr.fields[:])):
                 return expr
             return relax.Tuple(fields, expr.span)
         new = self.replace(expr)
@@ -144,7 +144,7 @@ class _BlockConverter:
         return self.bb._end_block()  # pylint: disable=protected-access
 
     def visit_bindings(self, block: relax.DataflowBlock) -> None:
-        for binding in block.bindings:
+        for binding in block.bindings[:]:
             if not isinstance(binding, relax.VarBinding):
                 raise Unsupported("match_cast")
             value = binding.value
@@ -183,7 +183,7 @@ class _BlockConverter:
     def visit_call(self, binding, call: relax.Call) -> None:
         inferred = None
         if isinstance(call.op, tvm.ir.Op):
-            if any(isinstance(a.ty, relax.TensorType) and a.ty.ndim == -1 for a in call.args):
+            if any(isinstance(a.ty, relax.TensorType) and a.ty.ndim == -1 for a in call.args[:]):
                 raise Unsupported("operand of unknown rank")
             if _has_infer_layout(call.op):
                 inferred = self.infer(call)
@@ -235,7 +235,7 @@ def _nested_tensor(ty) -> bool:
     if isinstance(ty, relax.TensorType):
         return True
     if isinstance(ty, relax.TupleType):
-        return all(_nested_tensor(field) for field in ty.fields)
+        return all(_nested_tensor(field) for field in ty.fields[:])
     return False
 
 
@@ -256,7 +256,7 @@ def convert_layout_or_none(mod: tvm.IRModule, layout_cb: Callable[[relax.Call], 
             return None
         blocks = []
         try:
-            for block in func.body.blocks:
+            for block in func.body.blocks[:]:
                 if isinstance(block, relax.DataflowBlock):
                     blocks.append(_BlockConverter(layout_cb).convert(block))
                 else:
