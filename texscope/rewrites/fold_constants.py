@@ -227,8 +227,9 @@ class _Rewrite(relax.PyExprMutator):
         call = self.visit_expr_post_order(op)
         if not isinstance(call.op, tvm.ir.Op) or call.op.same_as(_CALL_TIR):
             return call
-        args = [self._shape_of(a) for a in call.args]
-        if all(a.same_as(b) for a, b in zip(args, call.args[:])):
+        old = call.args[:]
+        args = [self._shape_of(a) for a in old]
+        if all(a.same_as(b) for a, b in zip(args, old)):
             return call
         return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
 
@@ -245,7 +246,7 @@ def _takes_a_shape_variable(func: relax.Function, known: _FunctionValues) -> boo
         isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op)
         and not binding.value.op.same_as(_CALL_TIR)
         and any(isinstance(arg, relax.Var) and arg in known.shapes for arg in binding.value.args[:])
-        for block in func.body.blocks for binding in block.bindings)
+        for block in func.body.blocks[:] for binding in block.bindings[:])
 
 
 def _typed_as_their_constants(known: _FunctionValues) -> bool:

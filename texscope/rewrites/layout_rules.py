@@ -156,11 +156,11 @@ def plain(converter, call, rule) -> Inferred:
         new_attrs = with_attrs(call.attrs, **{rule.axis_attr: (axis + ndim) % ndim})
     if rule.axes_operand is not None:
         axes = call.args[rule.axes_operand]
-        if not isinstance(axes, relax.Tuple) or not all(
-                isinstance(a, tvm.tirx.IntImm) for a in axes.fields[:]):
+        fields = axes.fields[:] if isinstance(axes, relax.Tuple) else None
+        if fields is None or not all(isinstance(a, tvm.tirx.IntImm) for a in fields):
             raise Unsupported("axes not static")
         new_args[rule.axes_operand] = relax.Tuple(
-            [tvm.tirx.IntImm("int64", (a.value + ndim) % ndim) for a in axes.fields])
+            [tvm.tirx.IntImm("int64", (a.value + ndim) % ndim) for a in fields])
     return Inferred([layout], initial(known_ndim(call.ty)), new_attrs, new_args)
 
 
