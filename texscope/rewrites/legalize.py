@@ -30,7 +30,7 @@ from tvm.topi.utils import get_const_tuple
 
 from ..ir.graph import relax_bindings, static_shape
 from ..knowledge import registry
-from .legalize_once import once_per_signature
+from .legalize_once import TargetBinding, once_per_signature
 
 
 def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype,
@@ -143,12 +143,12 @@ def legalization_of(op_name: str):
 
 
 def legalize_map(mod: tvm.IRModule, overrides: dict | None = None,
-                 skip: list[str] = ()) -> dict:
+                 skip: list[str] = (), binding: TargetBinding | None = None) -> dict:
     """A ``customize_legalize_map`` for LegalizeOps covering every operator
     called in ``mod`` but ``skip``: ``overrides`` where given (as they are:
     one that changes what it legalized wraps its own legalization in
     :func:`once_per_signature`), else :func:`legalization_of`,
-    :func:`once_per_signature`."""
+    :func:`once_per_signature` (with ``binding``)."""
     overrides = overrides or {}
     ops = {
         binding.value.op.name for _, binding in relax_bindings(mod)
@@ -159,7 +159,7 @@ def legalize_map(mod: tvm.IRModule, overrides: dict | None = None,
         if name in overrides:
             table[name] = overrides[name]
         elif legalization_of(name) is not None:
-            table[name] = once_per_signature(legalization_of(name))
+            table[name] = once_per_signature(legalization_of(name), binding)
     return table
 
 
@@ -172,7 +172,9 @@ def LegalizeOnce(overrides: dict | None = None,  # pylint: disable=invalid-name
     @tvm.transform.module_pass(opt_level=0, name="texscope.LegalizeOnce")
     def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         # A table per run: what once_per_signature keeps belongs to one BlockBuilder.
-        once = {op: once_per_signature(f) for op, f in (overrides or {}).items()}
-        return relax.transform.LegalizeOps(legalize_map(mod, once, skip), list(skip))(mod)
+        binding = TargetBinding()
+        once = {op: once_per_signature(f, binding) for op, f in (overrides or {}).items()}
+        table = legalize_map(mod, once, skip, binding)
+        return binding.finish(relax.transform.LegalizeOps(table, list(skip))(mod))
 
     return run

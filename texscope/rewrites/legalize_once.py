@@ -21,6 +21,15 @@ were cached:
 
 A legalization that is not one ``call_tir`` of the call's own arguments
 through one PrimFunc it added is run for every call.
+
+After each legalization LegalizeOps gives the PrimFunc a copy carrying the
+target of the VDevice the call's ``ty_args`` name, unless it has one of that
+kind (its ``BindTarget``): once the module is annotated, every call.  It
+adds the copy to the builder for every call, which hashes the kernel and
+compares it with the copy made for the first (a 64-conv chain: 20 of the
+pass's 25 ms).  A :class:`TargetBinding` does that for the first call of a
+signature of variables only, so the repeated call already names the copy
+and LegalizeOps leaves it alone.
 """
 
 from __future__ import annotations
@@ -98,6 +107,58 @@ def _argument_positions(call: relax.Call, lowered: relax.Call) -> list[int] | No
         positions.append(found)
         start = found + 1
     return positions
+
+
+def _vdevice_target(types) -> tvm.target.Target | None:
+    """The target of the first VDevice among ``types``, looking into the
+    first tuple only (as LegalizeOps looks)."""
+    for ty in types:
+        if isinstance(ty, relax.TensorType):
+            if ty.vdevice is not None and ty.vdevice.target is not None:
+                return ty.vdevice.target
+        elif isinstance(ty, relax.TupleType):
+            return _vdevice_target(ty.fields[:])
+    return None
+
+
+class TargetBinding:
+    """LegalizeOps' binding of legalized PrimFuncs to their call's target,
+    done by :func:`once_per_signature` (see the module docstring).
+
+    Make one per LegalizeOps run and :meth:`finish` its result: LegalizeOps
+    ends with DeadCodeElimination (the PrimFuncs left without callers) and
+    ConvertSSA only where it bound a PrimFunc itself.
+    """
+
+    def __init__(self):
+        self.bound_any = False
+
+    def __call__(self, bb: relax.BlockBuilder, lowered: relax.Expr) -> relax.Expr:
+        """``lowered`` calling the PrimFunc's copy with the call's target, as
+        LegalizeOps would make it (``lowered`` where it would leave it)."""
+        if not isinstance(lowered, relax.Call) or not lowered.args:
+            return lowered
+        target = _vdevice_target(lowered.ty_args[:])
+        gvar = lowered.args[0]
+        if target is None or not isinstance(gvar, tvm.ir.GlobalVar):
+            return lowered
+        func = bb.get()[gvar]
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            return lowered
+        own = func.attrs.get("target") if func.attrs is not None else None
+        if own is not None and own.kind.name == target.kind.name:
+            return lowered
+        bound = bb.add_func(func.with_attr("target", target),
+                            f"{gvar.name_hint}_{target.kind.name}")
+        self.bound_any = True
+        return relax.Call(lowered.op, [bound, *lowered.args[1:]], lowered.attrs,
+                          lowered.ty_args)
+
+    def finish(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """What LegalizeOps does last after binding a PrimFunc."""
+        if not self.bound_any:
+            return mod
+        return tvm.tirx.transform.ConvertSSA()(relax.transform.DeadCodeElimination()(mod))
 
 
 @attrs.frozen
@@ -194,14 +255,15 @@ class _Seen:
         self._buckets.setdefault(tvm_ffi.structural_hash(signature), []).append((signature, done))
 
 
-def once_per_signature(legalize):
+def once_per_signature(legalize, binding: TargetBinding | None = None):
     """``legalize`` run once per distinct signature, repeated for the other
     calls with it (see the module docstring).
 
     The signature is the operator's attributes, each argument's type (a 0-d
     constant's value; shapes and tuples whole), which arguments are one
     variable, the result type and ``ty_args``.  Make one per LegalizeOps run:
-    what it keeps belongs to one BlockBuilder.
+    what it keeps belongs to one BlockBuilder.  ``binding``, where given,
+    binds the first legalization of a call of variables only to its target.
     """
     variables_only, with_others = _Seen(), _Seen()
 
@@ -215,6 +277,8 @@ def once_per_signature(legalize):
             lowered = legalize(bb, call)
             if _plain_call_tir(lowered) and _argument_positions(call, lowered) \
                     == list(range(len(call.args))):
+                if binding is not None:
+                    lowered = binding(bb, lowered)
                 variables_only.add(plain, lowered)
             return lowered
         signature = _signature(call)
