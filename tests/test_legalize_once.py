@@ -8,9 +8,10 @@ import texscope
 from conftest import run_pass
 from modules import legalize_once as cases
 from texscope import convert_layout
+from texscope.knowledge.targets import texture_target
 from texscope.models import zoo
 from texscope.rewrites import legalize
-from texscope.rewrites.legalize_once import once_per_signature
+from texscope.rewrites.legalize_once import TargetBinding, once_per_signature
 
 
 def _counting(calls: list):
@@ -56,8 +57,8 @@ def test_a_repeat_calls_the_first_kernel_while_it_is_unchanged(monkeypatch):
     assert out.script() == expected.script()
 
 
-def _variables_only(legalization):
-    """What stage 1 did before: a call of variables only calls the PrimFunc of
+def _variables_only(legalization, _binding=None):
+    """What stage 1 did before (LegalizeOps binding each kernel to its target): a call of variables only calls the PrimFunc of
     an earlier one with the same attributes and types; every other call is
     legalized anew."""
     seen = []
@@ -136,3 +137,64 @@ def test_a_kernel_is_recorded_once(monkeypatch):
     assert len(updates) == 7
     assert all(func.attrs["texscope_op"]["op"] in ("relax.add", "relax.maximum")
                for gvar, func in out.functions.items() if gvar.name_hint != "main")
+
+
+
+def _annotated_chain():
+    """A conv chain after stages 1-5: its packed convs are calls of variables
+    whose types place them on VDevices."""
+    target = texture_target("adreno-opencl").target
+    with target:
+        return texscope.texture_scope_pipeline(target)(zoo.conv_chain(8)), target
+
+
+def test_each_signature_is_bound_to_its_target_by_its_first_call():
+    """LegalizeOps gives a kernel a copy carrying its call's target after
+    every call, hashing the kernel each time; here the first call of a
+    signature makes the copy, and the calls repeating it call the copy."""
+    mod, target = _annotated_chain()
+    binding = TargetBinding()
+    callees = []
+
+    def noting(legalize_call):
+        def run(bb, call):
+            lowered = legalize_call(bb, call)
+            callees.append(bb.get()[lowered.args[0]])
+            return lowered
+        return run
+
+    table = {op: noting(once_per_signature(f, binding))
+             for op, f in legalize.packed_legalizations().items()}
+    with target:
+        relax.transform.LegalizeOps(table)(mod)
+    assert len(callees) == 8 and binding.bound_any
+    assert all(func.attrs["target"].kind.name == "opencl" for func in callees)
+
+
+def test_binding_kernels_here_leaves_the_module_legalizeops_binding_makes(monkeypatch):
+    mod, target = _annotated_chain()
+    with target:
+        ours = legalize.LegalizeOnce(legalize.packed_legalizations())(mod)
+        monkeypatch.setattr(TargetBinding, "__call__", lambda self, bb, lowered: lowered)
+        theirs = legalize.LegalizeOnce(legalize.packed_legalizations())(mod)
+    tvm.ir.assert_structural_equal(ours, theirs)
+    assert ours.script() == theirs.script()
+
+
+def test_a_repeated_call_does_not_read_its_kernel_back(monkeypatch):
+    """Stage 1 records attributes on a call's kernel once; a call repeating
+    one already recorded returns without reading the builder's module, so
+    six ReLUs of one signature read it as often as one does."""
+    reads = []
+    get = relax.BlockBuilder.get
+    monkeypatch.setattr(relax.BlockBuilder, "get", lambda bb: reads.append(1) or get(bb))
+
+    def reads_legalizing(length):
+        reads.clear()
+        with tvm.target.Target("opencl"):
+            out = convert_layout.LegalizeKeepingAttrs()(zoo.conv_chain(length, residual_every=100))
+        relus = [f for g, f in out.functions.items() if g.name_hint.startswith("relu")]
+        assert len(relus) == 1 and relus[0].attrs["texscope_op"]["op"] == "relax.nn.relu"
+        return len(reads)
+
+    assert reads_legalizing(6) == reads_legalizing(1)
