@@ -104,6 +104,17 @@ def test_peak_counts_storages_in_bytes_while_they_or_their_tensors_live():
     assert device_memory(Planned).texel_padding_bytes == 0
 
 
+def test_a_storages_largest_tensor_is_found_once_not_at_every_event():
+    plan = _lifetimes(_on_texture(Planned), "main")
+    asked = []
+    size_of = plan.largest(lambda tensor: asked.append(tensor) or tensor.needed)
+    # A peak asks a storage's size at each allocation and release; a is as
+    # large as t's image here (see the test above).
+    assert plan.peak(size_of) == 512 + 512 + 300
+    assert plan.peak(size_of) == 512 + 512 + 300
+    assert len(asked) == sum(len(held) for held in plan.tensors.values())
+
+
 ADRENO = {"kind": "opencl", "keys": ["adreno", "opencl", "gpu", "texture"], "device": "adreno"}
 
 
