@@ -58,9 +58,9 @@ def test_a_repeat_calls_the_first_kernel_while_it_is_unchanged(monkeypatch):
 
 
 def _variables_only(legalization, _binding=None):
-    """What stage 1 did before (LegalizeOps binding each kernel to its target): a call of variables only calls the PrimFunc of
+    """What stage 1 did before: a call of variables only calls the PrimFunc of
     an earlier one with the same attributes and types; every other call is
-    legalized anew."""
+    legalized anew (and LegalizeOps binds each kernel to its target)."""
     seen = []
 
     def run(bb, call):
@@ -139,7 +139,6 @@ def test_a_kernel_is_recorded_once(monkeypatch):
                for gvar, func in out.functions.items() if gvar.name_hint != "main")
 
 
-
 def _annotated_chain():
     """A conv chain after stages 1-5: its packed convs are calls of variables
     whose types place them on VDevices."""
@@ -174,7 +173,8 @@ def test_each_signature_is_bound_to_its_target_by_its_first_call():
 def test_binding_kernels_here_leaves_the_module_legalizeops_binding_makes(monkeypatch):
     mod, target = _annotated_chain()
     with target:
-        ours = legalize.LegalizeOnce(legalize.packed_legalizations())(mod)
+        # Well formed, the input left alone.
+        ours = run_pass(legalize.LegalizeOnce(legalize.packed_legalizations()), mod)
         monkeypatch.setattr(TargetBinding, "__call__", lambda self, bb, lowered: lowered)
         theirs = legalize.LegalizeOnce(legalize.packed_legalizations())(mod)
     tvm.ir.assert_structural_equal(ours, theirs)

@@ -33,15 +33,14 @@ this figure.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import attrs
 import tvm
 from tvm import relax
 
-from ..ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, KILL_STORAGE, KILL_TENSOR, static_bytes,
-                        static_dims)
+from ..ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, KILL_STORAGE, KILL_TENSOR, element_bits,
+                        static_bytes, static_dims)
 from ..knowledge.scopes import (FLAVOUR_AXES, TEXEL_LANES, image_bytes, is_packed_texel_shape,
                                 is_texture_scope)
 
@@ -111,13 +110,6 @@ def pooled_bytes(events) -> int:
     return held
 
 
-@functools.lru_cache(maxsize=None)
-def _bits_and_lanes(dtype: str) -> tuple[int, int]:
-    # Parsed by TVM once per dtype: a model allocates hundreds of tensors of a few.
-    parsed = tvm.DataType(dtype)
-    return parsed.bits, parsed.lanes
-
-
 def _image_bytes(shape, dtype: str, vdevice) -> int | None:
     """Bytes of the image a texture-scoped tensor is viewed as; None where
     the tensor is no image (a buffer, a symbolic or unpacked shape)."""
@@ -125,9 +117,8 @@ def _image_bytes(shape, dtype: str, vdevice) -> int | None:
     if not is_texture_scope(scope) or shape is None or not is_packed_texel_shape(shape):
         return None
     alignment = vdevice.target.attrs.get("image_base_address_alignment", DEFAULT_ROW_ALIGNMENT)
-    bits, lanes = _bits_and_lanes(dtype)
     try:
-        return image_bytes(shape, bits * lanes // 8, scope, int(alignment))
+        return image_bytes(shape, element_bits(dtype) // 8, scope, int(alignment))
     except KeyError:  # a texture scope whose folding texscope does not know
         return None
 
@@ -173,7 +164,7 @@ class _Tensor:
 def allocated_tensor(mod, call: relax.Call, ty) -> _Tensor:
     shape = shape_expr_dims(call.args[2])
     dtype = str(call.args[3].value)
-    itemsize = _bits_and_lanes(dtype)[0] // 8
+    itemsize = element_bits(dtype) // 8
     values = math.prod(shape) * itemsize if shape is not None else 0
     return _Tensor(values, _image_bytes(shape, dtype, _vdevice_of(mod, call, ty)), shape, itemsize)
 

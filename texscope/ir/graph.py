@@ -179,14 +179,16 @@ def static_dims(dims) -> tuple[int, ...] | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _element_bits(dtype: str) -> int:
+def element_bits(dtype: str) -> int:
+    """Bits of one element of ``dtype``, its lanes included (parsed by TVM
+    once per dtype: a model has hundreds of tensors of a few)."""
     parsed = tvm.DataType(dtype)
     return parsed.bits * parsed.lanes
 
 
 def nbytes(shape, dtype) -> int:
     """Bytes of a tensor of a static ``shape`` and ``dtype``."""
-    return math.prod(shape) * _element_bits(str(dtype)) // 8
+    return math.prod(shape) * element_bits(str(dtype)) // 8
 
 
 def static_bytes(ty) -> int:
