@@ -26,10 +26,13 @@ texscope's build keeps freed blocks in the heap (``texscope.backend.heap``),
 which speeds up TVM's generic build too once the warm-up has set it.
 
 Run: ``python bench/build_speed.py [--repeat N] [--jobs N] [--profile]
-[--no-memory] [--save FILE] [--before FILE] [model ...]`` (``--profile`` prints texscope's
-time per pass for each model; ``--save`` writes the medians as JSON, and
-``--before`` prints the ratios such a file holds next to today's: run it once
-with ``PYTHONPATH`` on an older checkout and ``--save``, then here).
+[--no-memory] [--save FILE] [--before FILE] [model ...]`` (``--profile``
+prints texscope's time per pass for each model, from one more build on one
+thread, and the least ratio its threads could reach: the time outside the
+passes that run on threads, plus theirs split evenly, over TVM's median;
+``--save`` writes the medians as JSON, and ``--before`` prints the ratios
+such a file holds next to today's: run it once with ``PYTHONPATH`` on an
+older checkout and ``--save``, then here).
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ try:
     from texscope.diagnostics.pass_timing import render
 except ImportError:  # texscope before these existed (a "before" run): times only
     MemoryCapture = device_memory = render = None
+try:
+    from texscope.backend.build import THREADED_PASSES
+    from texscope.backend.parallel import build_jobs
+    from texscope.diagnostics.pass_timing import threaded_share
+except ImportError:
+    THREADED_PASSES = threaded_share = None
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
@@ -176,7 +185,15 @@ def main(argv=None) -> None:
               f"{_mib(None if args.no_memory else build.get('memory_texel_padding_bytes')):>8}  "
               f"{longest} {stages[longest]:.2f} s of {build['build_s']:.2f}", flush=True)
         if args.profile:
-            print(render(list(result.pass_times), result.report.build["build_s"], top=8))
+            passes, one_thread = list(result.pass_times), result.report.build["build_s"]
+            if threaded_share is None:
+                print(render(passes, one_thread, top=8))
+            else:
+                jobs = args.jobs or build_jobs()
+                print(render(passes, one_thread, top=8, threaded=THREADED_PASSES, jobs=jobs))
+                least = threaded_share(passes, one_thread, THREADED_PASSES).least_seconds(jobs)
+                print(f"at best {least / figures['tvm_s']:.2f}x TVM's generic build on {jobs} "
+                      f"thread{'s' * (jobs != 1)}, at this build's CPU time (target 0.50x)")
         if args.save:
             args.save.write_text(json.dumps(saved, indent=1))
 

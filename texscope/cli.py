@@ -13,7 +13,8 @@ import tvm
 from .knowledge import profile as cost_profile
 from .knowledge import registry
 from .models import zoo
-from .backend.build import build
+from .backend.build import THREADED_PASSES, build
+from .backend.parallel import build_jobs, jobs_limit
 from .errors import TexscopeError
 from .frontend.model_file import PRINTED_HEADER, load_model
 from .backend.outdir import check_output_dir, record_written, written_before
@@ -69,8 +70,11 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
     if time_passes:
         from .diagnostics.pass_timing import render
 
+        with jobs_limit(jobs):
+            threads = build_jobs()
         print("time per pass, the passes' own time (without the passes they run), costliest first:")
-        print(render(list(result.pass_times), result.report.build["build_s"]))
+        print(render(list(result.pass_times), result.report.build["build_s"],
+                     threaded=THREADED_PASSES, jobs=threads))
     return out_dir
 
 

@@ -73,6 +73,11 @@ def _adreno_tir_triple():
 
 compilation_pipeline.register_tir_pipeline(TIR_PIPELINE, _adreno_tir_triple)
 
+# The passes of a build that spread their work over build_jobs() threads,
+# kernel by kernel; the rest of a build runs on one thread.
+THREADED_PASSES = ("texscope.ScheduleKernels", "texscope.LowerKernels",
+                   "texscope.FinalizeHost", "texscope.FinalizeDevice")
+
 
 def fuse_passes() -> list:
     """After annotation: the remaining legalization, then fusion (as upstream)."""
