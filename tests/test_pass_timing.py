@@ -8,9 +8,10 @@ import pytest
 import tvm
 
 from modules import folding
-from texscope.backend.build import THREADED_PASSES
+from texscope.backend.build import THREADED_PASSES, build
 from texscope.diagnostics.pass_timing import (PassProfile, PassTime, ThreadedShare, render,
                                               threaded_share)
+from texscope.frontend.model_file import load_model
 
 RULES = str(Path(__file__).parent / "modules" / "rules.py")
 
@@ -96,9 +97,6 @@ def test_the_threaded_passes_bound_what_more_threads_can_give():
 
 
 def _pass_names(path, module) -> set:
-    from texscope.backend.build import build
-    from texscope.frontend.model_file import load_model
-
     profile = PassProfile()
     with tvm.transform.PassContext(instruments=[profile]):
         build(load_model(path, module), "adreno-opencl", jobs=1)
