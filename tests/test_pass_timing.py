@@ -1,5 +1,6 @@
 """Time per pass: the PassProfile instrument and ``texscope build --profile``."""
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -101,3 +102,13 @@ def _pass_names(path, module) -> set:
     with tvm.transform.PassContext(instruments=[profile]):
         build(load_model(path, module), "adreno-opencl", jobs=1)
     return {p.name for p in profile.passes()}
+
+
+def test_build_profile_with_a_wrong_jobs_variable_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["texscope", "build", RULES, "--module", "Residual", "-o", str(out), "--profile"],
+        capture_output=True, text=True, env={**os.environ, "TEXSCOPE_JOBS": "abc"})
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "TEXSCOPE_JOBS='abc'" in done.stderr
+    assert not out.exists()

@@ -60,6 +60,10 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
            profile: str | None = None, time_passes: bool = False,
            jobs: int | None = None, lift_weights: bool = False) -> Path:
     print(f"building for {target}")
+    # Read before anything is written: a profiled build runs on one thread
+    # and would not look at a wrong $TEXSCOPE_JOBS itself.
+    with jobs_limit(jobs):
+        threads = build_jobs()
     if profile is not None:
         profile = cost_profile.load(profile)
         print(f"cost profile {profile.describe()}")
@@ -70,8 +74,6 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
     if time_passes:
         from .diagnostics.pass_timing import render
 
-        with jobs_limit(jobs):
-            threads = build_jobs()
         print("time per pass, the passes' own time (without the passes they run), costliest first:")
         print(render(list(result.pass_times), result.report.build["build_s"],
                      threaded=THREADED_PASSES, jobs=threads))
