@@ -9,6 +9,7 @@ from conftest import run_pass
 from modules import legalize_once as cases
 from texscope import convert_layout
 from texscope.knowledge.targets import texture_target
+from texscope.ir.graph import relax_bindings
 from texscope.models import zoo
 from texscope.rewrites import legalize
 from texscope.rewrites.legalize_once import TargetBinding, once_per_signature
@@ -133,10 +134,16 @@ def test_a_kernel_is_recorded_once(monkeypatch):
     monkeypatch.setattr(relax.BlockBuilder, "update_func", counting)
     with tvm.target.Target("opencl"):
         out = convert_layout.LegalizeKeepingAttrs()(cases.SharedSignatures)
-    # Seven calls add a kernel and record it; h calls g's, recorded already.
-    assert len(updates) == 7
+    # One kernel a signature, recorded once: b and c call a's (a constant
+    # bias each), e calls d's, h calls g's.  The names b and e would have
+    # taken stay taken, as when each call added a copy to be merged.
+    assert updates == ["add", "maximum", "maximum2", "add3"]
     assert all(func.attrs["texscope_op"]["op"] in ("relax.add", "relax.maximum")
                for gvar, func in out.functions.items() if gvar.name_hint != "main")
+    callee = {binding.var.name: binding.value.args[0].name_hint
+              for _, binding in relax_bindings(out) if isinstance(binding.value, relax.Call)}
+    assert [callee[v] for v in "abcdefgh"] == [
+        "add", "add", "add", "maximum", "maximum", "maximum2", "add3", "add3"]
 
 
 def _annotated_chain():

@@ -205,3 +205,9 @@ def test_identical_kernels_merge_into_the_first_by_name():
     # Kernels the module had before a legalization are not compared.
     assert merge_identical_prim_funcs(annotated.TwinKernels, before=annotated.TwinKernels) \
         is annotated.TwinKernels
+
+
+def test_of_twins_the_kernel_named_first_is_kept():
+    merged = merge_identical_prim_funcs(annotated.TwinKernelsPastNine)
+    assert sorted(g.name_hint for g in merged.functions) == ["main", "relu9"]
+    assert "cls.relu9, (a,)" in merged.script()

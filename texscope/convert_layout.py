@@ -77,12 +77,13 @@ def merge_identical_prim_funcs(mod: tvm.IRModule, before: tvm.IRModule | None = 
     BlockBuilder deduplicated it, so identical kernels (say, a layout
     transform per batch-norm parameter) would otherwise all be built.
     Only PrimFuncs added since ``before`` (all, without it) are compared:
-    the duplicates come from one legalization.
+    the duplicates come from one legalization.  Of twins, the one the
+    builder named first is kept.
     """
     canonical: dict[relax.GlobalVar, relax.GlobalVar] = {}
     seen: dict[int, list[relax.GlobalVar]] = {}
     old = set() if before is None else {g.name_hint for g in before.functions}
-    for gvar in sorted(mod.functions, key=lambda g: g.name_hint):
+    for gvar in sorted(mod.functions, key=lambda g: _creation_order(g.name_hint)):
         func = mod[gvar]
         if not isinstance(func, tvm.tirx.PrimFunc) or gvar.name_hint in old:
             continue
@@ -99,6 +100,13 @@ def merge_identical_prim_funcs(mod: tvm.IRModule, before: tvm.IRModule | None = 
         if isinstance(func, relax.Function):
             functions[gvar] = _redirect_calls(func, canonical)
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _creation_order(name: str) -> tuple:
+    """A key ordering the names a BlockBuilder gives one hint (``add``,
+    ``add1``, ... ``add9``, ``add10``) as it gave them."""
+    digits = len(name) - len(name.rstrip("0123456789"))
+    return name[:len(name) - digits], digits, name
 
 
 def _redirect_calls(func: relax.Function, canonical: dict) -> relax.Function:

@@ -144,6 +144,30 @@ class TwinKernels:
 
 
 @I.ir_module
+class TwinKernelsPastNine:
+    """Twins named by a builder's counter past 9: relu9 came first."""
+
+    @T.prim_func(private=True)
+    def relu9(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            y[i] = T.max(x[i], T.float32(0))
+
+    @T.prim_func(private=True)
+    def relu10(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):
+        for i in range(4):
+            y[i] = T.max(x[i], T.float32(0))
+
+    @R.function
+    def main(x: R.Tensor((4,), "float32")):
+        cls = TwinKernelsPastNine
+        with R.dataflow():
+            a = R.call_tir(cls.relu9, (x,), out_ty=R.Tensor((4,), "float32"))
+            b = R.call_tir(cls.relu10, (a,), out_ty=R.Tensor((4,), "float32"))
+            R.output(b)
+        return b
+
+
+@I.ir_module
 class TwinKernelsMerged:
     @T.prim_func(private=True)
     def relu(x: T.Buffer((4,), "float32"), y: T.Buffer((4,), "float32")):

@@ -13,11 +13,14 @@ were cached:
   legalized anew, calls the first call's PrimFunc while the builder holds it
   as it was added: the builder would return that GlobalVar for the PrimFunc
   legalized anew, which differs in parameter names only.  Where stage 1 has
-  recorded attributes on it since, the call adds the PrimFunc again with its
-  tensor parameters named after this call's variables, as ``call_te`` names
-  them, and the builder gives it a fresh name, as it did the PrimFunc
-  legalized anew (:func:`texscope.convert_layout.merge_identical_prim_funcs`
-  merges those copies afterwards).
+  only recorded the operator's attributes on it since (which the signature
+  holds), the call calls it too: legalized anew, the PrimFunc would have
+  got a fresh name and the same record, and
+  :func:`texscope.convert_layout.merge_identical_prim_funcs` would have
+  merged it into the first.  The fresh name is taken all the same, so the
+  kernels added after keep their names.  Where anything else changed it,
+  the call adds the PrimFunc again with its tensor parameters named after
+  this call's variables, as ``call_te`` names them.
 
 A legalization that is not one ``call_tir`` of the call's own arguments
 through one PrimFunc it added is run for every call.
@@ -42,6 +45,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..ir.graph import CALL_TIR, Constant
+from ..knowledge import registry
 
 # Held while BlockBuilder.add_func is patched (re-entrant: a legalization may
 # legalize in turn).
@@ -174,15 +178,37 @@ class _Legalized:
     def repeat(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Call:
         operands = [call.args[i] for i in self.positions]
         first = self.lowered.args[0]
-        if bb.get()[first].same_as(self.prim_func):
+        current = bb.get()[first]
+        if current.same_as(self.prim_func):
             # The first call's PrimFunc is still there as added: the builder
             # would return its GlobalVar for this copy, which differs in
             # parameter names only, after renaming and hashing the kernel.
+            gvar = first
+        elif _recorded(current, self.prim_func):
+            # Stage 1 has since recorded the operator's attributes on it,
+            # which the signature holds: the copy would get the same record
+            # and be merged into the first.  Its name is still taken, so
+            # the kernels legalized after it keep theirs.
+            bb.get_unique_name(self.name_hint)
             gvar = first
         else:
             gvar = bb.add_func(_named_after(self.prim_func, operands), self.name_hint)
         return relax.Call(self.lowered.op, [gvar, relax.Tuple(operands)],
                           self.lowered.attrs, self.lowered.ty_args)
+
+
+def _recorded(current, added: tvm.tirx.PrimFunc) -> bool:
+    """Whether ``current`` is ``added`` with only an operator record
+    (``registry.OP_RECORD_ATTR``) added to its attributes."""
+    if not (isinstance(current, tvm.tirx.PrimFunc) and current.body.same_as(added.body)
+            and current.params.same_as(added.params)
+            and current.attrs is not None and registry.OP_RECORD_ATTR in current.attrs):
+        return False
+    before = dict(added.attrs.items()) if added.attrs is not None else {}
+    after = {key: value for key, value in current.attrs.items() if key != registry.OP_RECORD_ATTR}
+    return before.keys() == after.keys() and all(
+        after[key].same_as(value) if hasattr(value, "same_as") else after[key] == value
+        for key, value in before.items())
 
 
 def _named_after(func: tvm.tirx.PrimFunc, operands: list[relax.Expr]) -> tvm.tirx.PrimFunc:
