@@ -1,5 +1,6 @@
 """Legalizing each signature once leaves the module legalizing every call makes."""
 
+import pytest
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -146,19 +147,23 @@ def test_a_kernel_is_recorded_once(monkeypatch):
         "add", "add", "add", "maximum", "maximum", "maximum2", "add3", "add3"]
 
 
-def _annotated_chain():
-    """A conv chain after stages 1-5: its packed convs are calls of variables
-    whose types place them on VDevices."""
+def _annotated_chain(constant_weights: bool = False):
+    """A conv chain after stages 1-5: its packed convs are calls whose types
+    place them on VDevices, of variables only or of constant weights."""
     target = texture_target("adreno-opencl").target
+    chain = zoo.conv_chain(8)
+    if constant_weights:
+        chain = zoo.with_constant_weights(chain)
     with target:
-        return texscope.texture_scope_pipeline(target)(zoo.conv_chain(8)), target
+        return texscope.texture_scope_pipeline(target)(chain), target
 
 
-def test_each_signature_is_bound_to_its_target_by_its_first_call():
+@pytest.mark.parametrize("constant_weights", [False, True])
+def test_each_signature_is_bound_to_its_target_by_its_first_call(constant_weights):
     """LegalizeOps gives a kernel a copy carrying its call's target after
     every call, hashing the kernel each time; here the first call of a
     signature makes the copy, and the calls repeating it call the copy."""
-    mod, target = _annotated_chain()
+    mod, target = _annotated_chain(constant_weights)
     binding = TargetBinding()
     callees = []
 
@@ -177,8 +182,10 @@ def test_each_signature_is_bound_to_its_target_by_its_first_call():
     assert all(func.attrs["target"].kind.name == "opencl" for func in callees)
 
 
-def test_binding_kernels_here_leaves_the_module_legalizeops_binding_makes(monkeypatch):
-    mod, target = _annotated_chain()
+@pytest.mark.parametrize("constant_weights", [False, True])
+def test_binding_kernels_here_leaves_the_module_legalizeops_binding_makes(constant_weights,
+                                                                          monkeypatch):
+    mod, target = _annotated_chain(constant_weights)
     with target:
         # Well formed, the input left alone.
         ours = run_pass(legalize.LegalizeOnce(legalize.packed_legalizations()), mod)

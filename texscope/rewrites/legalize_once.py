@@ -30,9 +30,10 @@ target of the VDevice the call's ``ty_args`` name, unless it has one of that
 kind (its ``BindTarget``): once the module is annotated, every call.  It
 adds the copy to the builder for every call, which hashes the kernel and
 compares it with the copy made for the first (a 64-conv chain: 20 of the
-pass's 25 ms).  A :class:`TargetBinding` does that for the first call of a
-signature of variables only, so the repeated call already names the copy
-and LegalizeOps leaves it alone.
+pass's 25 ms).  A :class:`TargetBinding` does that for the first call of
+each signature, so the repeated call already names the copy and
+LegalizeOps leaves it alone (a repeat that adds a renamed copy still has
+LegalizeOps bind it).
 """
 
 from __future__ import annotations
@@ -167,30 +168,33 @@ class TargetBinding:
 
 @attrs.frozen
 class _Legalized:
-    """One legalization to repeat: the ``call_tir`` it returned, where its
-    operands come from, and the PrimFunc it added with the name hint it gave."""
+    """One legalization to repeat: the ``call_tir`` it returned (calling the
+    PrimFunc's copy bound to its target, where a :class:`TargetBinding` made
+    one), where its operands come from, and the PrimFunc it added with its
+    GlobalVar and the name hint it gave."""
 
     lowered: relax.Call
     positions: tuple[int, ...]
     prim_func: tvm.tirx.PrimFunc
+    added: tvm.ir.GlobalVar
     name_hint: str
 
     def repeat(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Call:
         operands = [call.args[i] for i in self.positions]
-        first = self.lowered.args[0]
-        current = bb.get()[first]
+        current = bb.get()[self.added]
         if current.same_as(self.prim_func):
             # The first call's PrimFunc is still there as added: the builder
             # would return its GlobalVar for this copy, which differs in
-            # parameter names only, after renaming and hashing the kernel.
-            gvar = first
+            # parameter names only, after renaming and hashing the kernel
+            # (and so would it the bound copy's for this one's).
+            gvar = self.lowered.args[0]
         elif _recorded(current, self.prim_func):
             # Stage 1 has since recorded the operator's attributes on it,
             # which the signature holds: the copy would get the same record
             # and be merged into the first.  Its name is still taken, so
             # the kernels legalized after it keep theirs.
             bb.get_unique_name(self.name_hint)
-            gvar = first
+            gvar = self.lowered.args[0]
         else:
             gvar = bb.add_func(_named_after(self.prim_func, operands), self.name_hint)
         return relax.Call(self.lowered.op, [gvar, relax.Tuple(operands)],
@@ -264,7 +268,7 @@ def _repeatable(call: relax.Call, lowered: relax.Expr, added: list) -> _Legalize
             or not isinstance(func, tvm.tirx.PrimFunc) \
             or not _named_as_call_te_names(func, lowered.args[1].fields[:]):
         return None
-    return _Legalized(lowered, tuple(positions), func, name_hint)
+    return _Legalized(lowered, tuple(positions), func, gvar, name_hint)
 
 
 class _Seen:
@@ -289,7 +293,7 @@ def once_per_signature(legalize, binding: TargetBinding | None = None):
     constant's value; shapes and tuples whole), which arguments are one
     variable, the result type and ``ty_args``.  Make one per LegalizeOps run:
     what it keeps belongs to one BlockBuilder.  ``binding``, where given,
-    binds the first legalization of a call of variables only to its target.
+    binds the first legalization of each signature to its target.
     """
     variables_only, with_others = _Seen(), _Seen()
 
@@ -316,6 +320,9 @@ def once_per_signature(legalize, binding: TargetBinding | None = None):
         lowered, added = _legalize_noting_added(legalize, bb, call)
         done = _repeatable(call, lowered, added)
         if done is not None:
+            if binding is not None:
+                lowered = binding(bb, lowered)
+                done = attrs.evolve(done, lowered=lowered)
             with_others.add(signature, done)
         return lowered
 
