@@ -9,8 +9,8 @@ import texscope
 from conftest import run_pass
 from modules import legalize_once as cases
 from texscope import convert_layout
-from texscope.knowledge.targets import texture_target
 from texscope.ir.graph import relax_bindings
+from texscope.knowledge.targets import texture_target
 from texscope.models import zoo
 from texscope.rewrites import legalize
 from texscope.rewrites.legalize_once import TargetBinding, once_per_signature

@@ -185,8 +185,9 @@ class _Legalized:
         if current.same_as(self.prim_func):
             # The first call's PrimFunc is still there as added: the builder
             # would return its GlobalVar for this copy, which differs in
-            # parameter names only, after renaming and hashing the kernel
-            # (and so would it the bound copy's for this one's).
+            # parameter names only, after renaming and hashing the kernel;
+            # LegalizeOps would then bind the call to the first one's
+            # bound copy.
             gvar = self.lowered.args[0]
         elif _recorded(current, self.prim_func):
             # Stage 1 has since recorded the operator's attributes on it,
