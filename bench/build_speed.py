@@ -30,9 +30,9 @@ Run: ``python bench/build_speed.py [--repeat N] [--jobs N] [--profile]
 prints texscope's time per pass for each model, from the median of
 ``--repeat`` more builds on one thread, and the least ratio its threads
 could reach: the time outside the passes that run on threads, plus theirs
-split evenly, over TVM's median; ``--save`` writes the medians as JSON, and ``--before`` prints the ratios
-such a file holds next to today's: run it once with ``PYTHONPATH`` on an
-older checkout and ``--save``, then here).
+split evenly, over TVM's median; ``--save`` writes the medians as JSON, and
+``--before`` prints the ratios such a file holds next to today's: run it
+once with ``PYTHONPATH`` on an older checkout and ``--save``, then here).
 """
 
 from __future__ import annotations

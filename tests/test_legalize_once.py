@@ -59,7 +59,7 @@ def test_a_repeat_calls_the_first_kernel_while_it_is_unchanged(monkeypatch):
     assert out.script() == expected.script()
 
 
-def _variables_only(legalization, _binding=None):
+def _variables_only(legalization, _binding=None, **_options):
     """What stage 1 did before: a call of variables only calls the PrimFunc of
     an earlier one with the same attributes and types; every other call is
     legalized anew (and LegalizeOps binds each kernel to its target)."""

@@ -42,7 +42,8 @@ from .knowledge.targets import texture_target
 def _recording(op_name: str, fields: list[str]):
     # Below the recording: what is cached is the PrimFunc as legalized, which
     # is what each call's legalization would add before its attributes go on.
-    default = once_per_signature(legalization_of(op_name))
+    default = once_per_signature(legalization_of(op_name),
+                                 signature_attrs=(registry.OP_RECORD_ATTR,))
     # Kernels this table recorded, by name: a repeated call of variables gets
     # the kernel its first call recorded, and reading the record back from
     # the builder costs more than legalizing the call (a 64-conv chain: 6 ms).

@@ -12,11 +12,11 @@ were cached:
 * any other call (a constant bias, a scalar, a tuple of indices), which was
   legalized anew, calls the first call's PrimFunc while the builder holds it
   as it was added: the builder would return that GlobalVar for the PrimFunc
-  legalized anew, which differs in parameter names only.  Where stage 1 has
-  only recorded the operator's attributes on it since (which the signature
-  holds), the call calls it too: legalized anew, the PrimFunc would have
-  got a fresh name and the same record, and
-  :func:`texscope.convert_layout.merge_identical_prim_funcs` would have
+  legalized anew, which differs in parameter names only.  Where the caller
+  has since only written attributes the signature determines (stage 1's
+  record of the operator's attributes), the call calls it too: legalized
+  anew, the PrimFunc would have got a fresh name and the same attributes,
+  and :func:`texscope.convert_layout.merge_identical_prim_funcs` would have
   merged it into the first.  The fresh name is taken all the same, so the
   kernels added after keep their names.  Where anything else changed it,
   the call adds the PrimFunc again with its tensor parameters named after
@@ -46,7 +46,6 @@ import tvm_ffi
 from tvm import relax
 
 from ..ir.graph import CALL_TIR, Constant
-from ..knowledge import registry
 
 # Held while BlockBuilder.add_func is patched (re-entrant: a legalization may
 # legalize in turn).
@@ -170,14 +169,16 @@ class TargetBinding:
 class _Legalized:
     """One legalization to repeat: the ``call_tir`` it returned (calling the
     PrimFunc's copy bound to its target, where a :class:`TargetBinding` made
-    one), where its operands come from, and the PrimFunc it added with its
-    GlobalVar and the name hint it gave."""
+    one), where its operands come from, the PrimFunc it added with its
+    GlobalVar and the name hint it gave, and the attributes a caller may
+    write on that PrimFunc which the signature determines."""
 
     lowered: relax.Call
     positions: tuple[int, ...]
     prim_func: tvm.tirx.PrimFunc
     added: tvm.ir.GlobalVar
     name_hint: str
+    signature_attrs: tuple[str, ...] = ()
 
     def repeat(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Call:
         operands = [call.args[i] for i in self.positions]
@@ -189,11 +190,11 @@ class _Legalized:
             # LegalizeOps would then bind the call to the first one's
             # bound copy.
             gvar = self.lowered.args[0]
-        elif _recorded(current, self.prim_func):
-            # Stage 1 has since recorded the operator's attributes on it,
-            # which the signature holds: the copy would get the same record
-            # and be merged into the first.  Its name is still taken, so
-            # the kernels legalized after it keep theirs.
+        elif _differs_only_in(current, self.prim_func, self.signature_attrs):
+            # The caller has since written attributes the signature
+            # determines: the copy would get the same ones and be merged
+            # into the first.  Its name is still taken, so the kernels
+            # legalized after it keep theirs.
             bb.get_unique_name(self.name_hint)
             gvar = self.lowered.args[0]
         else:
@@ -202,18 +203,19 @@ class _Legalized:
                           self.lowered.attrs, self.lowered.ty_args)
 
 
-def _recorded(current, added: tvm.tirx.PrimFunc) -> bool:
-    """Whether ``current`` is ``added`` with only an operator record
-    (``registry.OP_RECORD_ATTR``) added to its attributes."""
-    if not (isinstance(current, tvm.tirx.PrimFunc) and current.body.same_as(added.body)
-            and current.params.same_as(added.params)
-            and current.attrs is not None and registry.OP_RECORD_ATTR in current.attrs):
+def _differs_only_in(current, added: tvm.tirx.PrimFunc, keys: tuple[str, ...]) -> bool:
+    """Whether ``current`` is ``added`` (its very body and parameters) but
+    for attributes named in ``keys``."""
+    if not keys or not (isinstance(current, tvm.tirx.PrimFunc)
+                        and current.body.same_as(added.body)
+                        and current.params.same_as(added.params)):
         return False
-    before = dict(added.attrs.items()) if added.attrs is not None else {}
-    after = {key: value for key, value in current.attrs.items() if key != registry.OP_RECORD_ATTR}
-    return before.keys() == after.keys() and all(
-        after[key].same_as(value) if hasattr(value, "same_as") else after[key] == value
-        for key, value in before.items())
+
+    def others(func):
+        return {k: v for k, v in (func.attrs.items() if func.attrs is not None else ())
+                if k not in keys}
+
+    return tvm_ffi.structural_equal(others(current), others(added))
 
 
 def _named_after(func: tvm.tirx.PrimFunc, operands: list[relax.Expr]) -> tvm.tirx.PrimFunc:
@@ -260,7 +262,8 @@ def _legalize_noting_added(legalize, bb: relax.BlockBuilder, call: relax.Call):
             relax.BlockBuilder.add_func = add_func
 
 
-def _repeatable(call: relax.Call, lowered: relax.Expr, added: list) -> _Legalized | None:
+def _repeatable(call: relax.Call, lowered: relax.Expr, added: list,
+                signature_attrs: tuple[str, ...]) -> _Legalized | None:
     if not _plain_call_tir(lowered) or len(added) != 1:
         return None
     func, name_hint, gvar = added[0]
@@ -269,7 +272,7 @@ def _repeatable(call: relax.Call, lowered: relax.Expr, added: list) -> _Legalize
             or not isinstance(func, tvm.tirx.PrimFunc) \
             or not _named_as_call_te_names(func, lowered.args[1].fields[:]):
         return None
-    return _Legalized(lowered, tuple(positions), func, gvar, name_hint)
+    return _Legalized(lowered, tuple(positions), func, gvar, name_hint, signature_attrs)
 
 
 class _Seen:
@@ -286,7 +289,8 @@ class _Seen:
         self._buckets.setdefault(tvm_ffi.structural_hash(signature), []).append((signature, done))
 
 
-def once_per_signature(legalize, binding: TargetBinding | None = None):
+def once_per_signature(legalize, binding: TargetBinding | None = None,
+                       signature_attrs: tuple[str, ...] = ()):
     """``legalize`` run once per distinct signature, repeated for the other
     calls with it (see the module docstring).
 
@@ -295,6 +299,9 @@ def once_per_signature(legalize, binding: TargetBinding | None = None):
     variable, the result type and ``ty_args``.  Make one per LegalizeOps run:
     what it keeps belongs to one BlockBuilder.  ``binding``, where given,
     binds the first legalization of each signature to its target.
+    ``signature_attrs`` names the attributes the caller writes on a
+    legalized PrimFunc that the signature determines (stage 1's operator
+    record): a PrimFunc changed in those only is still the one to repeat.
     """
     variables_only, with_others = _Seen(), _Seen()
 
@@ -319,7 +326,7 @@ def once_per_signature(legalize, binding: TargetBinding | None = None):
         if done is not None:
             return done.repeat(bb, call)
         lowered, added = _legalize_noting_added(legalize, bb, call)
-        done = _repeatable(call, lowered, added)
+        done = _repeatable(call, lowered, added, signature_attrs)
         if done is not None:
             if binding is not None:
                 lowered = binding(bb, lowered)
