@@ -90,15 +90,17 @@ def test_a_real_models_convs_get_tvms_schedule(mediapipe, name):
 
 
 def test_no_split_of_the_conv_schedule_guards_the_blocks_itself(split_recorder):
-    """The guards go on in one replacement: each split alone would simplify
-    the block's bindings under its guard (most of a conv's schedule time)."""
+    """The guards go on in one replacement: each guarded split would first
+    fail to prove its guard needless, through Z3 (most of a conv's schedule
+    time)."""
     kernels = _conv_kernels(zoo.NETWORKS["resnet"]())
     calls = split_recorder()
     with ADRENO:
         for func in kernels:
             EpilogueConv2d().apply(func, ADRENO, False)
-    # Four per conv; the others are the default schedule's, of the data pads.
-    assert kernels and calls.count(True) == 4 * len(kernels)
+    # Four per conv and the default schedule's one per data pad (one of
+    # resnet's four, 3364 texels on 256 threads, leaves a remainder).
+    assert kernels and len(calls) == 5 * len(kernels) and all(calls)
 
 
 def test_a_conv_whose_epilogue_reads_its_input_caches_only_the_convs_reads():

@@ -2,73 +2,33 @@
 with the guards of its non-dividing splits appended once.
 
 A ``split`` whose factors do not divide the loop appends a guard to the
-block under it (``T.where(outer * 16 + inner < extent)``), and TVM then
-simplifies the block's bindings under that guard: about 1.8 ms a split,
-against 0.2 ms for one that divides.  The Adreno rule splits the output
-channels by 8, the rows and columns by 16 and the input channels by 4, so on
-the small feature maps of phone models nearly every split guards.  Here the
-splits run unguarded and the same guards, built as ``split`` builds them,
-go on the conv block in one replacement before the first step that reads
-them (``compute_at``: the cache write sizes its buffer by them).  The
-scheduled kernel is the one TVM's rule makes (the tests compare them on
-every conv kernel of the zoo and of the MediaPipe models), but where an
-epilogue also reads the conv's input: there TVM's rule fails, and here the
-register cache serves the conv alone.
+block under it (``T.where(outer * 16 + inner < extent)``), after a proof
+that fails and costs TVM 0.27 a Z3 solver (:mod:`texscope.backend.guards`):
+about 4 ms a split, against 0.2 ms for one that divides.  The Adreno rule
+splits the output channels by 8, the rows and columns by 16 and the input
+channels by 4, so on the small feature maps of phone models nearly every
+split guards.  Here the splits run unguarded and the same guards, built as
+``split`` builds them, go on the conv block in one replacement before the
+first step that reads them (``compute_at``: the cache write sizes its buffer
+by them); a block left to TVM's default schedule (a data pad) gets
+:mod:`texscope.backend.fallback_schedule`'s, guarded alike.  The scheduled
+kernel is the one TVM's rule makes (the tests compare them on every conv
+kernel of the zoo and of the MediaPipe models), but where an epilogue also
+reads the conv's input: there TVM's rule fails, and here the register cache
+serves the conv alone.
 """
 
 from __future__ import annotations
 
-import math
-
-import tvm
-import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import analysis
-from tvm.s_tir.dlight.adreno.utils import schedule_default, schedule_inline_blocks
+from tvm.s_tir.dlight.adreno.utils import schedule_inline_blocks
+
+from .fallback_schedule import schedule_default
+from .guards import append_guards, split_unguarded, substituted
 
 # The block name TVM's Adreno Conv2d rule schedules (its legalization's).
 CONV_BLOCK = "conv2d_NCHWc"
-
-sblock_realize = tvm.get_global_func("s_tir.schedule.GetSBlockRealize")
-
-
-def split_unguarded(sch: s_tir.Schedule, loop, factors: list):
-    """``sch.split(loop, factors)`` without its guard; returns the new loops
-    and the guard ``split`` would have appended (None where the factors
-    divide the extent, where ``split`` appends none)."""
-    extent = sch.get(loop).extent
-    loops = sch.split(loop, factors, preserve_unit_iters=True, disable_predication=True)
-    extents = [sch.get(new).extent for new in loops]
-    if math.prod(int(e) for e in extents) == int(extent):
-        return loops, None
-    # As split writes it, ((0 * f0 + v0) * f1 + v1) * f2 + v2, its leading
-    # zero folded away by TVM's operators.
-    value = sch.get(loops[0]).loop_var
-    for new, factor in zip(loops[1:], extents[1:]):
-        value = value * factor + sch.get(new).loop_var
-    return loops, value < extent
-
-
-def substituted(expr, var, value):
-    """``expr`` with ``var`` replaced, nothing refolded (as ``fuse`` does)."""
-    return tvm_ffi.structural_map(expr, (tirx.Var, lambda v: value if v.same_as(var) else v))
-
-
-def append_guards(sch: s_tir.Schedule, block, guards: list, bindings: list | None = None) -> None:
-    """Append ``guards`` to ``block``'s predicate, in order, as each split
-    would have, and bind the block to ``bindings`` where given; the block
-    must be its innermost loop's body."""
-    realize = sblock_realize(sch, block)
-    loop_rv = sch.get_loops(block)[-1]
-    loop = sch.get(loop_rv)
-    if not loop.body.same_as(realize):
-        raise s_tir.ScheduleError("the block is not its innermost loop's body")
-    guarded = s_tir.SBlockRealize(realize.iter_values if bindings is None else bindings,
-                                  tirx.all(realize.predicate, *guards), realize.block)
-    sch.state.replace(sch.get_sref(loop_rv), tirx.For(
-        loop.loop_var, loop.min, loop.extent, loop.kind, guarded, loop.thread_binding,
-        loop.annotations))
-
 
 _THREADS = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "vthread.z", "vthread.y", "vthread.x",
             "threadIdx.z", "threadIdx.y", "threadIdx.x")
@@ -118,6 +78,6 @@ def schedule_packed_conv(sch: s_tir.Schedule) -> s_tir.Schedule | None:
     if len(reductions) != 1 or CONV_BLOCK not in sch.get(reductions[0]).name_hint:
         return None
     schedule_conv_block(sch, reductions[0])
-    others = schedule_inline_blocks(sch, [b for b in blocks if b not in reductions])
-    schedule_default(sch, others)
+    for other in schedule_inline_blocks(sch, [b for b in blocks if b not in reductions]):
+        schedule_default(sch, other)
     return sch

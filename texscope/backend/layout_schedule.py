@@ -5,11 +5,11 @@ TVM's rule vectorizes the loops that index the innermost axis of the
 transform's input and output (through registers where the two differ), fuses
 every other loop and splits it over 256 threads.  A packed weight or a small
 activation rarely has a multiple of 256 texels, and a split that leaves a
-remainder guards the blocks under it and simplifies their bindings under the
-guard: most of the rule's time (splits took 11.8 ms of its 17.8 on
-inception's four packings).
-Here that split runs unguarded and its guard goes on every block under the
-split loop, as ``split`` puts it (:func:`texscope.backend.conv_schedule.append_guards`).
+remainder guards the blocks under it after a failed proof that costs a Z3
+solver (:mod:`texscope.backend.guards`): most of the rule's time (splits
+took 11.8 ms of its 17.8 on inception's four packings).  Here that split
+runs unguarded and its guard goes on every block under the split loop, as
+``split`` puts it (:func:`texscope.backend.guards.append_guards`).
 The scheduled kernel is the one TVM's rule makes (the tests compare them on
 every layout transform of the zoo and of the MediaPipe models).
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from tvm import s_tir
 from tvm.s_tir.dlight import analysis
 
-from .conv_schedule import append_guards, sblock_realize, split_unguarded, substituted
+from .guards import append_guards, sblock_realize, split_unguarded, substituted
 
 LAYOUT_TRANSFORM_BLOCK = "te_layout_transform"
 # TVM's rule's threads per block.

@@ -31,8 +31,9 @@ from ..errors import TexscopeError
 from ..ir.tir import blocks_in, scope_of
 from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
-from .conv_schedule import (CONV_BLOCK, append_guards, sblock_realize, schedule_packed_conv,
-                            split_unguarded)
+from .conv_schedule import CONV_BLOCK, schedule_packed_conv
+from .fallback_schedule import schedule_fallback
+from .guards import append_guards, sblock_realize, split_unguarded
 from .layout_schedule import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
 from .parallel import build_jobs, map_in_order
 from .scope_variants import scope_variants, with_scopes_of
@@ -451,7 +452,7 @@ class TextureFallback(dlight.adreno.Fallback):
             return None
         if not any("texture" in sch.get(block).writes[0].source.scope() for block in blocks):
             return None
-        self.schedule_fallback(sch)
+        schedule_fallback(sch)
         return sch
 
 

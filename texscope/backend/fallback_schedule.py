@@ -1,0 +1,76 @@
+"""TVM's Adreno ``Fallback`` schedule of a block (``schedule_default``), step
+for step, with the guard of its thread split appended once.
+
+The rule fuses a block's spatial loops and splits them over the target's
+threads per block.  Where the threads do not divide the loop, TVM 0.27's
+``split`` first asks its analyzer to prove the guard needless at full
+strength, and the proof, which cannot succeed, falls through to Z3: a solver
+context of its own for every such split (about 4 ms, against 0.2 for a split
+that divides).  Here the split runs unguarded and its guard goes on the
+block as ``split`` puts it, bindings as ``split`` leaves them under a guard
+(:mod:`texscope.backend.layout_schedule` does the same for layout
+transforms).  The scheduled kernel is the one TVM's rule makes: the tests
+compare them on every kernel of the zoo that the rule, or the conv rule's
+epilogue, schedules.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir
+from tvm.s_tir.dlight import analysis
+from tvm.s_tir.dlight.adreno.fallback import Fallback, get_max_threads_per_block
+from tvm.target import Target
+
+from .guards import append_guards, sblock_realize, split_unguarded, substituted
+
+
+def schedule_default(sch: s_tir.Schedule, block) -> None:
+    """``Fallback.schedule_default(sch, block)`` with its thread split unguarded."""
+    info = analysis.get_sblock_info(sch, block)
+    lane = info.write_bufs(sch)[0].assoc_lps[-1]
+    kinds = {"S": [], "R": [], "O": []}
+    for iter_info in info.iters:
+        if not sch.get(iter_info.loop_rv).same_as(sch.get(lane)):
+            kinds[iter_info.kind].append(iter_info.loop_rv)
+    spatial, reduce, opaque = kinds["S"], kinds["R"], kinds["O"]
+    indexing = analysis.collect_block_iter_vars_used_in_access_region(
+        sch.get(block), info.write_bufs(sch)[0].buf_region.region)
+    opaque_outer = [loop for loop in opaque if sch.get(loop).var in indexing]
+    opaque_inner = [loop for loop in opaque if sch.get(loop).var not in indexing]
+    if opaque != opaque_outer + opaque_inner:
+        return  # as TVM's rule: opaque loops keep their order
+    opaque_outer.append(lane)
+    sch.reorder(*spatial, *opaque_outer, *reduce, *opaque_inner)
+    assert spatial
+    target = Target.current(allow_none=True)
+    threads = get_max_threads_per_block(target) if target is not None else 256
+    fused = sch.fuse(*spatial)
+    fused_var = sch.get(fused).loop_var
+    bindings = sblock_realize(sch, block).iter_values
+    (block_x, thread_x), guard = split_unguarded(sch, fused, [None, threads])
+    if guard is not None:
+        append_guards(sch, block, [guard],
+                      [substituted(value, fused_var, guard.a) for value in bindings])
+    sch.bind(block_x, "blockIdx.x")
+    sch.bind(thread_x, "threadIdx.x")
+    if len(reduce) > 1:
+        at = [*spatial, *opaque_outer][-1]
+        init = sch.decompose_reduction(block, at)
+        written = sch.cache_write(block, 0, "local")
+        sch.compute_at(written, at)
+        if lane:
+            sch.vectorize(sch.get_loops(init)[-1])
+            sch.vectorize(sch.get_loops(written)[-1])
+    elif lane is not None:
+        sch.vectorize(lane)
+
+
+def schedule_fallback(sch: s_tir.Schedule) -> None:
+    """``Fallback.schedule_fallback(sch)`` with :func:`schedule_default`."""
+    blocks = sch.get_child_blocks(analysis.get_root_block(sch))
+    first = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()
+             or analysis.get_sblock_info(sch, b).is_data_pad(sch)]
+    for block in first:
+        schedule_default(sch, block)
+    for block in Fallback.schedule_inline_blocks(sch, [b for b in blocks if b not in first]):
+        schedule_default(sch, block)
