@@ -8,7 +8,7 @@ strength, and the proof, which cannot succeed, falls through to Z3: a solver
 context of its own for every such split (about 4 ms, against 0.2 for a split
 that divides).  Here the split runs unguarded and its guard goes on the
 block as ``split`` puts it, bindings as ``split`` leaves them under a guard
-(:mod:`texscope.backend.layout_schedule` does the same for layout
+(:func:`texscope.backend.guards.split_over_threads`, as for layout
 transforms).  The scheduled kernel is the one TVM's rule makes: the tests
 compare them on every kernel of the zoo that the rule, or the conv rule's
 epilogue, schedules.
@@ -21,7 +21,7 @@ from tvm.s_tir.dlight import analysis
 from tvm.s_tir.dlight.adreno.fallback import Fallback, get_max_threads_per_block
 from tvm.target import Target
 
-from .guards import append_guards, sblock_realize, split_unguarded, substituted
+from .guards import split_over_threads
 
 
 def schedule_default(sch: s_tir.Schedule, block) -> None:
@@ -44,15 +44,7 @@ def schedule_default(sch: s_tir.Schedule, block) -> None:
     assert spatial
     target = Target.current(allow_none=True)
     threads = get_max_threads_per_block(target) if target is not None else 256
-    fused = sch.fuse(*spatial)
-    fused_var = sch.get(fused).loop_var
-    bindings = sblock_realize(sch, block).iter_values
-    (block_x, thread_x), guard = split_unguarded(sch, fused, [None, threads])
-    if guard is not None:
-        append_guards(sch, block, [guard],
-                      [substituted(value, fused_var, guard.a) for value in bindings])
-    sch.bind(block_x, "blockIdx.x")
-    sch.bind(thread_x, "threadIdx.x")
+    split_over_threads(sch, sch.fuse(*spatial), threads, [block])
     if len(reduce) > 1:
         at = [*spatial, *opaque_outer][-1]
         init = sch.decompose_reduction(block, at)

@@ -57,3 +57,20 @@ def append_guards(sch: s_tir.Schedule, block, guards: list, bindings: list | Non
     sch.state.replace(sch.get_sref(loop_rv), tirx.For(
         loop.loop_var, loop.min, loop.extent, loop.kind, guarded, loop.thread_binding,
         loop.annotations))
+
+
+def split_over_threads(sch: s_tir.Schedule, loop, threads: int, blocks: list) -> tuple:
+    """``loop`` split over ``threads`` threads and bound to ``blockIdx.x`` and
+    ``threadIdx.x``, as a guarded ``split`` leaves it: the guard on each of
+    ``blocks`` (the blocks under ``loop``), with the bindings ``split``
+    substitutes (its simplification finds no simpler form under the guard).
+    Returns the block and thread loops."""
+    var = sch.get(loop).loop_var
+    bindings = [sblock_realize(sch, block).iter_values for block in blocks]
+    (block_x, thread_x), guard = split_unguarded(sch, loop, [None, threads])
+    if guard is not None:
+        for block, values in zip(blocks, bindings):
+            append_guards(sch, block, [guard], [substituted(value, var, guard.a) for value in values])
+    sch.bind(block_x, "blockIdx.x")
+    sch.bind(thread_x, "threadIdx.x")
+    return block_x, thread_x

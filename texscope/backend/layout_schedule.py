@@ -9,7 +9,7 @@ remainder guards the blocks under it after a failed proof that costs a Z3
 solver (:mod:`texscope.backend.guards`): most of the rule's time (splits
 took 11.8 ms of its 17.8 on inception's four packings).  Here that split
 runs unguarded and its guard goes on every block under the split loop, as
-``split`` puts it (:func:`texscope.backend.guards.append_guards`).
+``split`` puts it (:func:`texscope.backend.guards.split_over_threads`).
 The scheduled kernel is the one TVM's rule makes (the tests compare them on
 every layout transform of the zoo and of the MediaPipe models).
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from tvm import s_tir
 from tvm.s_tir.dlight import analysis
 
-from .guards import append_guards, sblock_realize, split_unguarded, substituted
+from .guards import split_over_threads
 
 LAYOUT_TRANSFORM_BLOCK = "te_layout_transform"
 # TVM's rule's threads per block.
@@ -69,17 +69,6 @@ def schedule_layout_transform(sch: s_tir.Schedule) -> s_tir.Schedule | None:
         outer.append(lanes_outer)
         sch.vectorize(lanes)
         under_threads = [block]
-    fused = sch.fuse(*outer)
-    fused_var = sch.get(fused).loop_var
-    bindings = [sblock_realize(sch, b).iter_values for b in under_threads]
-    (block_x, thread_x), guard = split_unguarded(sch, fused, [None, THREADS])
-    if guard is not None:
-        # Under its guard, split leaves each binding as it substitutes it
-        # (its simplification finds no simpler form within the guard).
-        for guarded, values in zip(under_threads, bindings):
-            append_guards(sch, guarded, [guard],
-                          [substituted(value, fused_var, guard.a) for value in values])
-    sch.bind(block_x, "blockIdx.x")
-    sch.bind(thread_x, "threadIdx.x")
+    split_over_threads(sch, sch.fuse(*outer), THREADS, under_threads)
     return sch
 
