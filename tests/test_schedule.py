@@ -348,8 +348,8 @@ def test_reduction_rules_see_only_kernels_that_reduce():
 @pytest.mark.parametrize("mod", [zoo.NETWORKS["resnet"], lambda: texel_cases.PoolsBetweenConvs,
                                  lambda: texel_cases.RGBStem])
 def test_the_texel_writer_guards_its_thread_split_as_split_does(mod, monkeypatch):
-    """Split unguarded and the guard appended is the schedule a guarded
-    split makes, without split's simplification under the guard."""
+    """The texel computed at its loop, then that loop split unguarded and the
+    guard appended, is the schedule a guarded split of that loop makes."""
     capture = BeforeScheduling()
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(mod(), "adreno-opencl")
@@ -357,16 +357,40 @@ def test_the_texel_writer_guards_its_thread_split_as_split_does(mod, monkeypatch
     kernels = [f for f in capture.module.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     with target:
         ours = [TexelWriter().apply(f, target, False) for f in kernels]
-        guards = []
-        real = schedule.split_unguarded
-        monkeypatch.setattr(schedule, "split_unguarded", lambda sch, loop, factors: (
-            guards.append(real(sch.copy(), loop, factors)[1]) or sch.split(loop, factors), None))
+        guarded = []
+
+        def split_guarded(sch, loop, threads, _blocks):
+            block_x, thread_x = sch.split(loop, [None, threads])
+            guarded.append("T.where" in sch.mod.script())
+            sch.bind(block_x, "blockIdx.x")
+            sch.bind(thread_x, "threadIdx.x")
+            return block_x, thread_x
+
+        monkeypatch.setattr(schedule, "split_over_threads", split_guarded)
         theirs = [TexelWriter().apply(f, target, False) for f in kernels]
     taken = [(a, b) for a, b in zip(ours, theirs) if a is not None]
     assert taken and len(taken) == sum(b is not None for b in theirs)
-    assert any(g is not None for g in guards)
+    assert any(guarded)
     for a, b in taken:
         tvm.ir.assert_structural_equal(a.mod, b.mod)
+
+
+def test_the_texel_writer_computes_at_the_texel_loop_not_a_thread(monkeypatch):
+    """Computed at a thread loop whose split leaves a remainder, the texel's
+    loops would be checked against its buffer through Z3 (guards.py)."""
+    kernels = _kernels_before_scheduling("resnet")
+    at = []
+    compute_at = schedule.UncheckedSchedule.compute_at
+
+    def recording(self, block, loop, *args, **kwargs):
+        at.append(self.get(loop).thread_binding)
+        return compute_at(self, block, loop, *args, **kwargs)
+
+    monkeypatch.setattr(schedule.UncheckedSchedule, "compute_at", recording)
+    target = texscope.texture_target("adreno-opencl").target
+    with target:
+        taken = [f for f in kernels if TexelWriter().apply(f, target, False) is not None]
+    assert taken and at and all(binding is None for binding in at)
 
 
 def _kernels_before_scheduling(*names: str) -> list:

@@ -121,10 +121,10 @@ class MaxPoolScheduled:
                         with T.sblock("pool_max"):
                             v0 = T.axis.spatial(T.int64(1), T.int64(0))
                             v1 = T.axis.spatial(T.int64(1), T.int64(0))
-                            v2 = T.axis.spatial(T.int64(2), ax0_ax1_ax2_ax3_fused_1 // T.int64(2))
-                            v3 = T.axis.spatial(T.int64(2), ax0_ax1_ax2_ax3_fused_1 % T.int64(2))
+                            v2 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1) // T.int64(2))
+                            v3 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1) % T.int64(2))
                             v4, r0, r1 = T.axis.remap("SRR", [ax0, ax1, ax2])
-                            T.where(ax0_ax1_ax2_ax3_fused_1 < T.int64(4))
+                            T.where(ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1 < T.int64(4))
                             T.reads(x[v0, v1, v2 * T.int64(2) + r0 - T.int64(1), v3 * T.int64(2) + r1 - T.int64(1), v4])
                             T.writes(pool_max_local[v0, v1, v2, v3, v4])
                             with T.init():

@@ -33,7 +33,7 @@ from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
 from .conv_schedule import CONV_BLOCK, schedule_packed_conv
 from .fallback_schedule import schedule_fallback
-from .guards import append_guards, sblock_realize, split_unguarded
+from .guards import sblock_realize, split_over_threads
 from .layout_schedule import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
 from .parallel import build_jobs, map_in_order
 from .scope_variants import scope_variants, with_scopes_of
@@ -178,24 +178,24 @@ class TexelWriter(dlight.ScheduleRule):
         if len(outer) != 4 or sch.get(lane).extent.value != TEXEL_LANES:
             return None
         threads = int(target.attrs.get("max_threads_per_block", 64))
-        # Guarded as split guards it, without split's simplification under
-        # the guard (conv_schedule.py): a third of this rule's time.
-        (block_x, thread_x), guard = split_unguarded(sch, sch.fuse(*outer), [None, threads])
-        if guard is not None:
-            append_guards(sch, store, [guard])
-        sch.bind(block_x, "blockIdx.x")
-        sch.bind(thread_x, "threadIdx.x")
+        fused = sch.fuse(*outer)
         sch.vectorize(lane)
-        sch.compute_at(compute, thread_x)
+        # Computed at the texel loop before it is split over the threads:
+        # under a guarded thread loop, compute_at would check the overrun
+        # against the buffer through Z3 (guards.py) and derive the guard
+        # that split_over_threads appends here.
+        sch.compute_at(compute, fused)
         for producer in others:
             sch.set_scope(producer, 0, "local")
-            sch.compute_at(producer, thread_x)
-        # TVM will not vectorize a guarded reduction: compute_at guards a
-        # producer with fewer texel blocks than the output (a pool a channel
-        # pad reads) by its extent, and the compute by the threads' guard
-        # where they do not divide the texels (a pool of 640 texels on 256
-        # threads, found by the OpenCL fuzzer).  Its lanes then stay
-        # scalars, in registers; the store still writes whole texels.
+            sch.compute_at(producer, fused)
+        _, thread_x = split_over_threads(sch, fused, threads, [*others, compute, store])
+        # TVM will not vectorize a reduction compute_at guards: a producer
+        # with fewer texel blocks than the output (a pool a channel pad
+        # reads) is guarded by its extent.  Its lanes then stay scalars, in
+        # registers; the store still writes whole texels.  The threads'
+        # guard, appended after compute_at, keeps the lanes whole (a pool of
+        # 640 texels on 256 threads, found by the OpenCL fuzzer, used to get
+        # it from compute_at and stay scalar).
         for block in (compute, *others):
             try:
                 TexelWriter._vectorize_lanes(sch, block, thread_x)
