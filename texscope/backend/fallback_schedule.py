@@ -28,9 +28,10 @@ def schedule_default(sch: s_tir.Schedule, block) -> None:
     """``Fallback.schedule_default(sch, block)`` with its thread split unguarded."""
     info = analysis.get_sblock_info(sch, block)
     lane = info.write_bufs(sch)[0].assoc_lps[-1]
+    lane_loop = sch.get(lane)
     kinds = {"S": [], "R": [], "O": []}
     for iter_info in info.iters:
-        if not sch.get(iter_info.loop_rv).same_as(sch.get(lane)):
+        if not sch.get(iter_info.loop_rv).same_as(lane_loop):
             kinds[iter_info.kind].append(iter_info.loop_rv)
     spatial, reduce, opaque = kinds["S"], kinds["R"], kinds["O"]
     indexing = analysis.collect_block_iter_vars_used_in_access_region(
