@@ -7,10 +7,12 @@ that fails and costs TVM 0.27 a Z3 solver (:mod:`texscope.backend.guards`):
 about 4 ms a split, against 0.2 ms for one that divides.  The Adreno rule
 splits the output channels by 8, the rows and columns by 16 and the input
 channels by 4, so on the small feature maps of phone models nearly every
-split guards.  Here the splits run unguarded and the same guards, built as
-``split`` builds them, go on the conv block in one replacement before the
-first step that reads them (``compute_at``: the cache write sizes its buffer
-by them); a block left to TVM's default schedule (a data pad) gets
+split guards.  Here the splits run unguarded; the input texel's and the
+accumulators' register caches are moved under the conv's loops by
+:mod:`texscope.backend.cache_bounds`, which spares their moves the bound
+proofs that fail where the tiles overhang the map (another Z3 solver each);
+then the guards, built as ``split`` builds them, go on the conv block in one
+replacement; a block left to TVM's default schedule (a data pad) gets
 :mod:`texscope.backend.fallback_schedule`'s, guarded alike.  The scheduled
 kernel is the one TVM's rule makes (the tests compare them on every conv
 kernel of the zoo and of the MediaPipe models), but where an epilogue also
@@ -24,6 +26,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight import analysis
 from tvm.s_tir.dlight.adreno.utils import schedule_inline_blocks
 
+from .cache_bounds import compute_at_bounded, reverse_compute_at_bounded
 from .fallback_schedule import schedule_default
 from .guards import append_guards, split_unguarded, substituted
 
@@ -56,13 +59,15 @@ def schedule_conv_block(sch: s_tir.Schedule, block) -> None:
     read = sch.cache_read(block, 0, "local", consumer_blocks=[block])
     (ico, icb), texels = split_unguarded(sch, ic, [None, 4])
     sch.reorder(ico, kh, kw, icb, ob)
+    compute_at_bounded(sch, read, kw, block)
+    sch.vectorize(sch.get_loops(read)[-1])
+    # Written unguarded, the conv sizes its register cache by its whole tile
+    # grid, so that no bound fails; the cache gets the output's size back.
+    write = sch.cache_write(block, 0, "local")
+    reverse_compute_at_bounded(sch, write, tx, block, sch.get(write).writes[0].source.shape)
     guards = [g for g in (channels, rows, columns, texels) if g is not None]
     if guards:
         append_guards(sch, block, guards)
-    sch.compute_at(read, kw, preserve_unit_loops=True)
-    sch.vectorize(sch.get_loops(read)[-1])
-    write = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(write, tx, preserve_unit_loops=True)
     sch.vectorize(sch.get_loops(write)[-1])
     init = sch.decompose_reduction(block, tx)
     sch.vectorize(sch.get_loops(init)[-1])
