@@ -54,7 +54,10 @@ def _index_ends(sch: s_tir.Schedule, block, buffer) -> list[int]:
 
 def _bound_predicate(sch: s_tir.Schedule, cache, shape):
     """The guard compute_at gives ``cache`` inside ``shape``: each variable's
-    lower and upper bound where the loops let it leave them, in order."""
+    lower and upper bound where the loops let it leave them, in order.  The
+    analyzer's constant bounds decide where; on the conv's affine indices they
+    are exact, and they decide as compute_at's full-strength proof does (the
+    tests compare every conv kernel with TVM's rule)."""
     realize = sblock_realize(sch, cache)
     analyzer = _loop_analyzer(sch, cache)
     terms = []
@@ -70,7 +73,7 @@ def _bound_predicate(sch: s_tir.Schedule, cache, shape):
 def _resized(sch: s_tir.Schedule, cache, buffer, shape, predicate=None) -> None:
     """``buffer`` (the cache's register buffer) and ``cache``'s block domain
     resized to ``shape``, ``predicate`` appended to the block's guard; block
-    references stay valid."""
+    references stay valid (blocks are matched by name, unique in a kernel)."""
     root_rv = sch.get_sblock("root")
     root = sch.get(root_rv)
     name = sch.get(cache).name_hint
@@ -109,6 +112,9 @@ def _is_true(expr) -> bool:
 
 
 def _moved(sch: s_tir.Schedule, cache, move, buffer_of, partner, shape) -> None:
+    """``move()`` with ``cache``'s buffer (``buffer_of`` its block) first
+    large enough for every index ``partner`` touches, then sized ``shape``
+    and the moved block guarded within it."""
     buffer = buffer_of(sch.get(cache))
     ends = _index_ends(sch, partner, buffer)
     if ends != [int(extent) for extent in buffer.shape]:
@@ -121,22 +127,28 @@ def _moved(sch: s_tir.Schedule, cache, move, buffer_of, partner, shape) -> None:
         _resized(sch, cache, buffer, shape, predicate)
 
 
+def _written(block):
+    return block.writes[0].source
+
+
+def _read(block):
+    return block.reads[0].source
+
+
 def compute_at_bounded(sch: s_tir.Schedule, cache, loop, consumer) -> None:
     """``sch.compute_at(cache, loop, preserve_unit_loops=True)`` for a read
     cache (a block copying into a ``local`` buffer) read by ``consumer``
     alone: the same block, loops and guard, without the failing proofs."""
-    buffer_of = lambda block: block.writes[0].source  # noqa: E731
-    shape = list(buffer_of(sch.get(cache)).shape)
     _moved(sch, cache, lambda: sch.compute_at(cache, loop, preserve_unit_loops=True),
-           buffer_of, consumer, shape)
+           _written, consumer, list(_written(sch.get(cache)).shape))
 
 
 def reverse_compute_at_bounded(sch: s_tir.Schedule, cache, loop, producer, shape) -> None:
     """``sch.reverse_compute_at(cache, loop, preserve_unit_loops=True)`` for
     a write cache (a block copying out of a ``local`` buffer) written by
-    ``producer`` alone, its buffer then sized ``shape``: the same block,
-    loops and guard as where ``producer``'s guards sized the buffer before the
-    move (``cache_write`` sizes it by the region the producer writes),
-    without the failing proofs."""
+    ``producer`` alone, with the buffer sized ``shape`` after the move: the
+    block, loops, guard and buffer TVM makes where the producer is guarded
+    when ``cache_write`` sizes the buffer (then by the region the guards let
+    the producer write: the output's shape), without the failing proofs."""
     _moved(sch, cache, lambda: sch.reverse_compute_at(cache, loop, preserve_unit_loops=True),
-           lambda block: block.reads[0].source, producer, shape)
+           _read, producer, shape)
