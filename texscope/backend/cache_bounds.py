@@ -33,10 +33,6 @@ def _bind_loops(sch: s_tir.Schedule, loops, analyzer: Analyzer) -> Analyzer:
     return analyzer
 
 
-def _loop_analyzer(sch: s_tir.Schedule, block) -> Analyzer:
-    return _bind_loops(sch, sch.get_loops(block)[:], Analyzer())
-
-
 def _index_ends(sch: s_tir.Schedule, block, buffer, analyzer: Analyzer) -> list[int]:
     """Per dimension of ``buffer``, one past the largest index ``block``
     may touch, or the extent where that is larger (an upper bound: the
@@ -106,7 +102,7 @@ def _resized(sch: s_tir.Schedule, cache, partner, buffer, shape, predicate=None)
             return realize
         guard = realize.predicate
         if block.same_as(new_cache) and predicate is not None:
-            guard = predicate if _is_true(guard) else tirx.all(guard, predicate)
+            guard = tirx.all(guard, predicate)  # folds a guard of True away
         return s_tir.SBlockRealize(realize.iter_values, guard, block)
 
     # The callback must not raise: an exception inside structural_map
@@ -120,10 +116,6 @@ def _resized(sch: s_tir.Schedule, cache, partner, buffer, shape, predicate=None)
                       {root: new_root, cache_block: new_cache, partner_block: new_partner})
 
 
-def _is_true(expr) -> bool:
-    return isinstance(expr, tirx.IntImm) and int(expr) == 1
-
-
 def _moved(sch: s_tir.Schedule, cache, loop, move, buffer_of, partner, shape) -> None:
     """``move()`` of ``cache`` under ``loop`` with ``cache``'s buffer
     (``buffer_of`` its block) first large enough for every index
@@ -131,7 +123,7 @@ def _moved(sch: s_tir.Schedule, cache, loop, move, buffer_of, partner, shape) ->
     within it."""
     # One analyzer: the loops the move makes are bound to it after the move;
     # the others are ``partner``'s.
-    analyzer = _loop_analyzer(sch, partner)
+    analyzer = _bind_loops(sch, sch.get_loops(partner)[:], Analyzer())
     buffer = buffer_of(sch.get(cache))
     ends = _index_ends(sch, partner, buffer, analyzer)
     if ends != [int(extent) for extent in buffer.shape[:]]:
@@ -140,9 +132,8 @@ def _moved(sch: s_tir.Schedule, cache, loop, move, buffer_of, partner, shape) ->
     move()
     target = sch.get(loop)
     made = sch.get_loops(cache)[:]
-    for index, loop_rv in enumerate(made):
-        if sch.get(loop_rv).same_as(target):
-            _bind_loops(sch, made[index + 1:], analyzer)
+    below = next(i + 1 for i, loop_rv in enumerate(made) if sch.get(loop_rv).same_as(target))
+    _bind_loops(sch, made[below:], analyzer)
     buffer = buffer_of(sch.get(cache))
     predicate = _bound_predicate(sch, cache, shape, analyzer)
     if predicate is not None or [int(e) for e in buffer.shape[:]] != [int(e) for e in shape]:
