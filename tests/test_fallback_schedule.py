@@ -1,7 +1,8 @@
-"""TVM's Adreno fallback schedule with its thread split unguarded
-(texscope.backend.fallback_schedule) against TVM's own rule: the same
-scheduled kernel, or the same failure, on every kernel of the zoo TVM's rule
-takes (and, under ``real_models``, of every importable MediaPipe model)."""
+"""TVM's fallback schedules with their thread splits unguarded
+(texscope.backend.fallback_schedule) against TVM's own rules, the Adreno one
+and the generic GPU one: the same scheduled kernel, or the same failure, on
+every kernel of the zoo TVM's rule takes (and, under ``real_models``, of
+every importable MediaPipe model)."""
 
 import pytest
 import tvm
@@ -11,7 +12,7 @@ from tvm.s_tir import dlight
 import texscope
 from conftest import ADRENO, BeforeScheduling
 from test_tflite import IMPORTABLE
-from texscope.backend.schedule import TextureFallback
+from texscope.backend.schedule import BufferFallback, TextureFallback
 from texscope.frontend.tflite_model import load_tflite
 from texscope.models import zoo
 
@@ -30,16 +31,17 @@ def _outcome(rule, func):
         return err
 
 
-def _compare(kernels) -> dict:
-    """TextureFallback against TVM's rule wherever TVM's rule takes a kernel;
-    how many were scheduled (guarded among them) and how many failed alike."""
+def _compare(kernels, theirs_rule=dlight.adreno.Fallback, ours_rule=TextureFallback) -> dict:
+    """Our rule against TVM's wherever TVM's takes a kernel; how many were
+    scheduled (guarded among them) and how many failed alike."""
     seen = {"scheduled": 0, "guarded": 0, "failed": 0}
     with ADRENO:
         for func in kernels:
-            theirs = _outcome(dlight.adreno.Fallback(), func)
+            theirs = _outcome(theirs_rule(), func)
             if theirs is None:
+                assert _outcome(ours_rule(), func) is None, func.script()
                 continue
-            ours = _outcome(TextureFallback(), func)
+            ours = _outcome(ours_rule(), func)
             if isinstance(theirs, s_tir.ScheduleError):
                 assert isinstance(ours, s_tir.ScheduleError), func.script()
                 seen["failed"] += 1
@@ -50,17 +52,28 @@ def _compare(kernels) -> dict:
     return seen
 
 
-def test_the_zoos_kernels_get_tvms_fallback_schedule():
-    kernels = [k for name in ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
-               for k in _kernels(zoo.NETWORKS[name]())]
-    seen = _compare(kernels)
+@pytest.fixture(scope="module")
+def zoo_kernels() -> list:
+    return [k for name in ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
+            for k in _kernels(zoo.NETWORKS[name]())]
+
+
+def test_the_zoos_kernels_get_tvms_fallback_schedule(zoo_kernels):
+    seen = _compare(zoo_kernels)
     assert seen["scheduled"] >= 15 and seen["guarded"] >= 10 and seen["failed"] >= 10
+
+
+def test_the_zoos_kernels_get_tvms_gpu_fallback_schedule(zoo_kernels):
+    seen = _compare(zoo_kernels, dlight.gpu.Fallback, BufferFallback)
+    assert seen["scheduled"] >= 50 and seen["guarded"] >= 15
 
 
 @pytest.mark.real_models
 @pytest.mark.parametrize("name", IMPORTABLE)
-def test_a_real_models_kernels_get_tvms_fallback_schedule(mediapipe, name):
-    _compare(_kernels(load_tflite(mediapipe[name])))
+def test_a_real_models_kernels_get_tvms_fallback_schedules(mediapipe, name):
+    kernels = _kernels(load_tflite(mediapipe[name]))
+    _compare(kernels)
+    assert _compare(kernels, dlight.gpu.Fallback, BufferFallback)["scheduled"] == len(kernels)
 
 
 def test_the_thread_split_does_not_guard_the_block_itself(split_recorder):
@@ -72,3 +85,12 @@ def test_the_thread_split_does_not_guard_the_block_itself(split_recorder):
         scheduled = [TextureFallback().apply(f, ADRENO, False) for f in taken]
     assert any("T.where" in s.mod.script() for s in scheduled)
     assert len(calls) == len(taken) and all(calls)
+
+
+def test_the_gpu_fallbacks_thread_split_does_not_guard_by_a_proof(split_recorder):
+    with ADRENO:
+        kernels = _kernels(zoo.NETWORKS["mobilenet_v2"]())
+        calls = split_recorder()
+        scheduled = [BufferFallback().apply(f, ADRENO, False) for f in kernels]
+    assert sum("T.where" in s.mod.script() for s in scheduled) >= 5
+    assert calls and all(calls)

@@ -85,3 +85,20 @@ def test_the_thread_split_does_not_guard_the_blocks_itself(split_recorder):
 def test_a_real_models_layout_transforms_get_tvms_schedule(mediapipe, name):
     mod = load_tflite(mediapipe[name])
     _compare(_layout_transforms(mod) + _layout_transforms(mod, "mali-opencl"))
+
+
+def test_a_fused_kernel_beginning_with_a_layout_transform_is_declined_unscheduled(monkeypatch):
+    """TVM's rule takes a kernel whose only block is the transform; asked of
+    the PrimFunc, a longer one is declined before a Schedule is made."""
+    kernels = [func for name in ("mobilenet_v2", "unet")
+               for func in _layout_transforms(zoo.NETWORKS[name]())
+               if len(schedule._blocks(func)) > 1
+               and schedule._blocks(func)[0].name_hint == LAYOUT_TRANSFORM_BLOCK]
+    def refuse(_self, func):
+        raise AssertionError(f"a Schedule was made of {func.script()}")
+
+    with ADRENO:
+        assert len(kernels) == 3 and all(_tvms(func) is None for func in kernels)
+        monkeypatch.setattr(schedule.UncheckedSchedule, "__init__", refuse)
+        assert [schedule.PackedLayoutTransform().apply(f, ADRENO, False) for f in kernels] \
+            == [None] * 3

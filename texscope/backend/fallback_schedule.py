@@ -1,5 +1,6 @@
-"""TVM's Adreno ``Fallback`` schedule of a block (``schedule_default``), step
-for step, with the guard of its thread split appended once.
+"""TVM's fallback schedules, step for step, with the guards of their thread
+splits appended once: the Adreno ``Fallback`` (``schedule_default``, for
+kernels writing a texture) and the generic GPU ``Fallback`` (buffers only).
 
 The rule fuses a block's spatial loops and splits them over the target's
 threads per block.  Where the threads do not divide the loop, TVM 0.27's
@@ -10,8 +11,8 @@ that divides).  Here the split runs unguarded and its guard goes on the
 block as ``split`` puts it, bindings as ``split`` leaves them under a guard
 (:func:`texscope.backend.guards.split_over_threads`, as for layout
 transforms).  The scheduled kernel is the one TVM's rule makes: the tests
-compare them on every kernel of the zoo that the rule, or the conv rule's
-epilogue, schedules.
+compare them on every kernel of the zoo (and of the MediaPipe models, under
+``real_models``) that TVM's rule schedules.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from __future__ import annotations
 from tvm import s_tir
 from tvm.s_tir.dlight import analysis
 from tvm.s_tir.dlight.adreno.fallback import Fallback, get_max_threads_per_block
+from tvm.s_tir.dlight.base import try_inline
+# The generic rule's own test of a block that launches its threads itself.
+from tvm.s_tir.dlight.gpu.fallback import _has_internal_thread_env  # pylint: disable=protected-access
 from tvm.target import Target
 
 from .guards import split_over_threads
@@ -67,3 +71,31 @@ def schedule_fallback(sch: s_tir.Schedule) -> None:
         schedule_default(sch, block)
     for block in Fallback.schedule_inline_blocks(sch, [b for b in blocks if b not in first]):
         schedule_default(sch, block)
+
+
+def schedule_gpu_fallback(sch: s_tir.Schedule, threads: int) -> s_tir.Schedule | None:
+    """What ``dlight.gpu.Fallback`` makes of ``sch``'s kernel, ``threads`` the
+    target's threads per block, its thread splits unguarded; None where the
+    rule declines."""
+    infos = analysis.normalize_prim_func(sch)
+    if infos is None:
+        return None
+    reductions = []
+    for info in try_inline(sch, infos):
+        block = info.block_rv
+        loops = sch.get_loops(block)
+        if any(sch.get(loop).thread_binding is not None for loop in loops):
+            continue
+        if not loops and _has_internal_thread_env(sch.get(block).body):
+            continue
+        kinds = {"S": [], "R": [], "O": []}
+        for loop, kind in zip(loops, info.dom_kind()):
+            kinds[kind].append(loop)
+        spatial = kinds["S"] or [sch.add_unit_loop(block)]
+        sch.reorder(*spatial, *kinds["R"], *kinds["O"])
+        split_over_threads(sch, sch.fuse(*spatial), threads, [block])
+        if kinds["R"]:
+            reductions.append((block, kinds["R"][0]))
+    for block, loop in reductions:
+        sch.decompose_reduction(block, loop)
+    return sch

@@ -59,18 +59,26 @@ def append_guards(sch: s_tir.Schedule, block, guards: list, bindings: list | Non
         loop.annotations))
 
 
-def split_over_threads(sch: s_tir.Schedule, loop, threads: int, blocks: list) -> tuple:
-    """``loop`` split over ``threads`` threads and bound to ``blockIdx.x`` and
-    ``threadIdx.x``, as a guarded ``split`` leaves it: the guard on each of
-    ``blocks`` (the blocks under ``loop``), with the bindings ``split``
-    substitutes (its simplification finds no simpler form under the guard).
-    Returns the block and thread loops."""
+def split_guarded(sch: s_tir.Schedule, loop, factors: list, blocks: list) -> list:
+    """``sch.split(loop, factors)`` as a guarded split leaves it, without its
+    failed proof: the guard on each of ``blocks`` (the blocks under
+    ``loop``, each its innermost loop's body once split), with the bindings
+    ``split`` substitutes (its simplification finds no simpler form under
+    the guard).  Returns the new loops."""
     var = sch.get(loop).loop_var
     bindings = [sblock_realize(sch, block).iter_values for block in blocks]
-    (block_x, thread_x), guard = split_unguarded(sch, loop, [None, threads])
+    loops, guard = split_unguarded(sch, loop, factors)
     if guard is not None:
         for block, values in zip(blocks, bindings):
             append_guards(sch, block, [guard], [substituted(value, var, guard.a) for value in values])
+    return loops
+
+
+def split_over_threads(sch: s_tir.Schedule, loop, threads: int, blocks: list) -> tuple:
+    """``loop`` split over ``threads`` threads (:func:`split_guarded`) and
+    bound to ``blockIdx.x`` and ``threadIdx.x``.  Returns the block and
+    thread loops."""
+    block_x, thread_x = split_guarded(sch, loop, [None, threads], blocks)
     sch.bind(block_x, "blockIdx.x")
     sch.bind(thread_x, "threadIdx.x")
     return block_x, thread_x

@@ -32,10 +32,11 @@ from ..ir.tir import blocks_in, scope_of
 from ..ir.graph import relax_bindings, static_dims
 from ..knowledge.targets import TEXEL_LANES, is_texture_scope
 from .conv_schedule import CONV_BLOCK, schedule_packed_conv
-from .fallback_schedule import schedule_fallback
+from .fallback_schedule import schedule_fallback, schedule_gpu_fallback
 from .guards import sblock_realize, split_over_threads
 from .layout_schedule import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
 from .parallel import build_jobs, map_in_order
+from .reduction_schedule import schedule_general_reduction
 from .scope_variants import scope_variants, with_scopes_of
 from .unit_reduction import UnitReductionsAsElementWise
 
@@ -80,11 +81,16 @@ def _static_params(func) -> bool:
                for param in func.params if isinstance(param.ty, tvm.tirx.BufferType))
 
 
-def _first_block_is_a_layout_transform(func: tvm.tirx.PrimFunc) -> bool:
+def _only_block_is_a_layout_transform(func: tvm.tirx.PrimFunc) -> bool:
     """Required by TVM's Adreno LayoutTransform rule: the root's only child
-    block is named ``te_layout_transform`` (so it is the first block met)."""
-    blocks = _blocks(func)
-    return bool(blocks) and blocks[0].name_hint == LAYOUT_TRANSFORM_BLOCK
+    block is named ``te_layout_transform``.  (Asked of the Schedule, a fused
+    kernel that begins with a layout transform cost the rule 3 ms to
+    decline.)"""
+    root = func.body.block if isinstance(func.body, s_tir.SBlockRealize) else None
+    if root is None:
+        return False
+    children = blocks_in(root.body, nested=False)
+    return len(children) == 1 and children[0].name_hint == LAYOUT_TRANSFORM_BLOCK
 
 
 def _texture_params(func: tvm.tirx.PrimFunc) -> list:
@@ -297,7 +303,7 @@ class PackedLayoutTransform(dlight.ScheduleRule):
     @staticmethod
     def may_take(func: tvm.tirx.PrimFunc) -> bool:
         """What ``apply`` asks of a kernel before scheduling it."""
-        return _static_params(func) and _first_block_is_a_layout_transform(func)
+        return _static_params(func) and _only_block_is_a_layout_transform(func)
 
     def apply(self, func, target, _tunable):
         if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target) \
@@ -456,6 +462,29 @@ class TextureFallback(dlight.adreno.Fallback):
         return sch
 
 
+class BufferFallback(dlight.gpu.Fallback):
+    """TVM's generic GPU fallback (``dlight.gpu.Fallback``), as
+    :func:`texscope.backend.fallback_schedule.schedule_gpu_fallback` writes
+    it, on an :data:`UncheckedSchedule`."""
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        return schedule_gpu_fallback(UncheckedSchedule(func),
+                                     dlight.base.max_threads_per_block(target))
+
+
+class GeneralReduction(dlight.gpu.GeneralReduction):
+    """TVM's ``dlight.gpu.GeneralReduction``, as
+    :func:`texscope.backend.reduction_schedule.schedule_general_reduction`
+    writes it, on an :data:`UncheckedSchedule`."""
+
+    def apply(self, func, target, _tunable):
+        if not isinstance(func, tvm.tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        return schedule_general_reduction(UncheckedSchedule(func), target.kind.name)
+
+
 def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
     """Whether some store into a texture lies outside every thread-bound loop."""
     found = []
@@ -605,9 +634,9 @@ def schedule_rules() -> list:
         TextureFallback(),
         # Kernels of no texture: TVM's generic GPU rules.
         _OnReductions(dlight.gpu.Reduction(), most_blocks=1, needs=sums_into_itself),
-        _OnReductions(_NoneOnScheduleError(dlight.gpu.GeneralReduction()),
+        _OnReductions(_NoneOnScheduleError(GeneralReduction()),
                       needs=ends_in_an_element_wise_block),
-        dlight.gpu.Fallback(),
+        BufferFallback(),
     ]
 
 

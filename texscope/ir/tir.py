@@ -7,15 +7,16 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 
-def blocks_in(stmt) -> list:
-    """Every block in ``stmt``, outermost first.  Statements only are walked:
-    no block lies inside an expression or a store, and skipping them makes
-    the walk a fraction of a millisecond on a scheduled conv."""
+def blocks_in(stmt, nested: bool = True) -> list:
+    """Every block in ``stmt``, outermost first (with ``nested`` false, the
+    outermost only: none inside another).  Statements only are walked: no
+    block lies inside an expression or a store, and skipping them makes the
+    walk a fraction of a millisecond on a scheduled conv."""
     found = []
 
     def on_block(block, visitor):
         found.append(block)
-        return visitor.visit(block.body)
+        return visitor.visit(block.body) if nested else None
 
     def pruned(_value, _visitor):
         return None
