@@ -1,4 +1,5 @@
-"""texscope's TIR lowering: TVM's Adreno pipeline, buffers compacted unguarded."""
+"""texscope's TIR lowering: TVM's Adreno pipeline, buffers compacted
+unguarded, ifs hoisted only where a kernel has one."""
 
 import pytest
 import tvm
@@ -12,6 +13,7 @@ from test_real_models import IMPORTABLE
 
 _TVMS = "s_tir.CompactBufferAllocation"
 _FLATTEN = "s_tir.backend.adreno.TextureFlatten"
+_HOISTING = "s_tir.HoistIfThenElse"
 
 
 @tvm.instrument.pass_instrument
@@ -39,16 +41,18 @@ def _names(pipeline, depth, mod, **config):
 
 @pytest.mark.parametrize("config", [{}, {"tirx.disable_storage_rewrite": True,
                                          "tirx.disable_cse_tir": True}])
-def test_the_pipeline_is_tvms_adreno_one_but_for_texel_stores_and_compaction(config):
+def test_the_pipeline_is_tvms_adreno_one_but_for_texel_stores_compaction_and_hoisting(config):
     before_lowering = _BeforeLowering()
     with tvm.transform.PassContext(instruments=[before_lowering]):
         texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
     theirs = _names(tvm_adreno.default_tir_pipeline(), 2, before_lowering.module, **config)
     ours = _names(lowering.adreno_tir_pipeline, 2, before_lowering.module, **config)
-    assert _TVMS in theirs and theirs.count(_FLATTEN) == 1
+    assert _TVMS in theirs and theirs.count(_FLATTEN) == 1 and theirs.count(_HOISTING) == 1
+    ours_instead = {_TVMS: "texscope.CompactUnguarded",
+                    _HOISTING: "texscope.HoistIfThenElseWhereAny"}
     expected = []
     for name in theirs:
-        expected.append("texscope.CompactUnguarded" if name == _TVMS else name)
+        expected.append(ours_instead.get(name, name))
         if name == _FLATTEN:
             expected.append("texscope.RetypeTextureStore")
     assert ours == expected
@@ -131,3 +135,68 @@ def test_a_kernel_sharing_memory_keeps_tvms_compaction(monkeypatch):
     monkeypatch.setattr(lowering, "_predicates_set_aside", refuse)
     for func in shared:
         lowering._compacted(func)
+
+
+@tvm.instrument.pass_instrument
+class _Before:
+    """Every module a pass of this name is given."""
+
+    def __init__(self, pass_name: str):
+        self.pass_name, self.modules = pass_name, []
+
+    def run_before_pass(self, mod, info):
+        if info.name == self.pass_name:
+            self.modules.append(mod)
+
+
+def _kernels_before(name: str, mod) -> list:
+    capture = _Before(name)
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(mod, "adreno-opencl", jobs=1)
+    return [tvm.IRModule({gvar: func}, attrs=part.attrs) for part in capture.modules
+            for gvar, func in part.functions.items() if isinstance(func, tvm.tirx.PrimFunc)]
+
+
+def _assert_lowered_as_with_tvms_hoisting(mod):
+    with_tvms = tvm.transform.Sequential([
+        tvm.s_tir.transform.HoistIfThenElse() if p is lowering.HoistIfThenElseWhereAny else p
+        for p in lowering.adreno_tir_passes()])
+    skipped = 0
+    for kernel in _kernels_before("texscope.AdrenoTIRPipeline", mod):
+        tvm.ir.assert_structural_equal(lowering.adreno_tir_pipeline(kernel), with_tvms(kernel))
+    for kernel in _kernels_before("texscope.HoistIfThenElseWhereAny", mod):
+        skipped += not any(lowering._has_if_statement(f) for f in kernel.functions.values())
+    assert skipped
+
+
+@pytest.mark.parametrize("name", ["inception", "mobilenet_v2", "resnet", "unet"])
+def test_kernels_lower_as_with_tvms_hoisting(name):
+    _assert_lowered_as_with_tvms_hoisting(zoo.NETWORKS[name]())
+
+
+@pytest.mark.real_models
+@pytest.mark.parametrize("name", IMPORTABLE)
+def test_a_real_models_kernels_lower_as_with_tvms_hoisting(mediapipe, name):
+    _assert_lowered_as_with_tvms_hoisting(load_tflite(mediapipe[name]))
+
+
+def test_hoisting_runs_on_kernels_with_an_if_statement_only(monkeypatch):
+    kernels = _kernels_before("texscope.HoistIfThenElseWhereAny", zoo.NETWORKS["inception"]())
+    hoisted = []
+    monkeypatch.setattr(lowering, "_HOIST", lambda mod: hoisted.append(mod) or mod)
+    with tvm.transform.PassContext():
+        for kernel in kernels:
+            lowering.HoistIfThenElseWhereAny(kernel)
+    with_if = [k for k in kernels if any(map(lowering._has_if_statement, k.functions.values()))]
+    assert 0 < len(with_if) < len(kernels) and len(hoisted) == len(with_if)
+
+
+def test_hoisting_on_block_variables_asked_for_is_never_skipped(monkeypatch):
+    kernels = _kernels_before("texscope.HoistIfThenElseWhereAny", zoo.NETWORKS["inception"]())
+    hoisted = []
+    monkeypatch.setattr(lowering, "_HOIST", lambda mod: hoisted.append(mod) or mod)
+    config = {"s_tir.HoistIfThenElse": {"support_block_scope_hoisting": True}}
+    with tvm.transform.PassContext(config=config):
+        for kernel in kernels:
+            lowering.HoistIfThenElseWhereAny(kernel)
+    assert len(hoisted) == len(kernels)
