@@ -8,6 +8,7 @@ import pytest
 import tvm
 from tvm import s_tir
 from tvm.s_tir import dlight
+from tvm.script import tirx as T
 
 import texscope
 from conftest import ADRENO, BeforeScheduling
@@ -94,3 +95,22 @@ def test_the_gpu_fallbacks_thread_split_does_not_guard_by_a_proof(split_recorder
         scheduled = [BufferFallback().apply(f, ADRENO, False) for f in kernels]
     assert sum("T.where" in s.mod.script() for s in scheduled) >= 5
     assert calls and all(calls)
+
+
+# pylint: disable=no-self-argument,missing-function-docstring
+@T.prim_func(private=True, s_tir=True)
+def relu_of_any_length(var_x: T.handle, var_y: T.handle):
+    n = T.int64()
+    x = T.match_buffer(var_x, (n, 4))
+    y = T.match_buffer(var_y, (n, 4))
+    for i, j in T.grid(n, 4):
+        with T.sblock("relu"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            y[vi, vj] = T.max(x[vi, vj], T.float32(0))
+# pylint: enable=no-self-argument,missing-function-docstring
+
+
+def test_a_kernel_of_symbolic_size_gets_tvms_gpu_fallback_schedule():
+    """Whether 256 threads divide n * 4 is not known: TVM's split guards it."""
+    seen = _compare([relu_of_any_length], dlight.gpu.Fallback, BufferFallback)
+    assert seen == {"scheduled": 1, "guarded": 1, "failed": 0}

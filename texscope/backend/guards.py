@@ -65,6 +65,10 @@ def split_guarded(sch: s_tir.Schedule, loop, factors: list, blocks: list) -> lis
     ``loop``, each its innermost loop's body once split), with the bindings
     ``split`` substitutes (its simplification finds no simpler form under
     the guard).  Returns the new loops."""
+    if not isinstance(sch.get(loop).extent, tirx.IntImm):
+        # Whether the factors divide a symbolic extent is not known here:
+        # TVM's own split decides, as in the rules this stands for.
+        return sch.split(loop, factors)
     var = sch.get(loop).loop_var
     bindings = [sblock_realize(sch, block).iter_values for block in blocks]
     loops, guard = split_unguarded(sch, loop, factors)

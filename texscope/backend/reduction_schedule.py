@@ -16,10 +16,10 @@ the one TVM's rule makes: the tests compare them on every kernel of the zoo
 
 from __future__ import annotations
 
+import tvm_ffi
 from tvm import s_tir, sym, tirx
 from tvm.s_tir.dlight.analysis import get_root_block, normalize_prim_func
 from tvm.s_tir.dlight.base import try_inline_contiguous_spatial
-import tvm_ffi
 
 from .guards import split_guarded
 
