@@ -42,11 +42,12 @@ def _names(pipeline, depth, mod, **config):
 @pytest.mark.parametrize("config", [{}, {"tirx.disable_storage_rewrite": True,
                                          "tirx.disable_cse_tir": True}])
 def test_the_pipeline_is_tvms_adreno_one_but_for_texel_stores_compaction_and_hoisting(config):
-    before_lowering = _BeforeLowering()
+    before_lowering = _Before("texscope.AdrenoTIRPipeline")
     with tvm.transform.PassContext(instruments=[before_lowering]):
         texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
-    theirs = _names(tvm_adreno.default_tir_pipeline(), 2, before_lowering.module, **config)
-    ours = _names(lowering.adreno_tir_pipeline, 2, before_lowering.module, **config)
+    module = before_lowering.modules[0]
+    theirs = _names(tvm_adreno.default_tir_pipeline(), 2, module, **config)
+    ours = _names(lowering.adreno_tir_pipeline, 2, module, **config)
     assert _TVMS in theirs and theirs.count(_FLATTEN) == 1 and theirs.count(_HOISTING) == 1
     ours_instead = {_TVMS: "texscope.CompactUnguarded",
                     _HOISTING: "texscope.HoistIfThenElseWhereAny"}
@@ -59,31 +60,29 @@ def test_the_pipeline_is_tvms_adreno_one_but_for_texel_stores_compaction_and_hoi
 
 
 @tvm.instrument.pass_instrument
-class _BeforeLowering:
-    def __init__(self):
-        self.module = None
+class _Before:
+    """Every module a pass of this name is given."""
+
+    def __init__(self, pass_name: str):
+        self.pass_name, self.modules = pass_name, []
 
     def run_before_pass(self, mod, info):
-        if info.name == "texscope.AdrenoTIRPipeline" and self.module is None:
-            self.module = mod
-
-
-@tvm.instrument.pass_instrument
-class _BeforeCompaction:
-    def __init__(self):
-        self.modules = []
-
-    def run_before_pass(self, mod, info):
-        if info.name == "texscope.CompactUnguarded":
+        if info.name == self.pass_name:
             self.modules.append(mod)
 
 
-def _kernels_before_compaction(mod):
-    capture = _BeforeCompaction()
+def _kernels_before(pass_name: str, mod) -> list:
+    """Each kernel a build's pass of this name is given, as a module of its own."""
+    capture = _Before(pass_name)
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(mod, "adreno-opencl", jobs=1)
-    return [(gvar, func) for part in capture.modules for gvar, func in part.functions.items()
-            if isinstance(func, tvm.tirx.PrimFunc)]
+    return [tvm.IRModule({gvar: func}, attrs=part.attrs) for part in capture.modules
+            for gvar, func in part.functions.items() if isinstance(func, tvm.tirx.PrimFunc)]
+
+
+def _kernels_before_compaction(mod):
+    return [item for kernel in _kernels_before("texscope.CompactUnguarded", mod)
+            for item in kernel.functions.items()]
 
 
 def _assert_compacted_as_tvm_does(mod):
@@ -137,26 +136,6 @@ def test_a_kernel_sharing_memory_keeps_tvms_compaction(monkeypatch):
         lowering._compacted(func)
 
 
-@tvm.instrument.pass_instrument
-class _Before:
-    """Every module a pass of this name is given."""
-
-    def __init__(self, pass_name: str):
-        self.pass_name, self.modules = pass_name, []
-
-    def run_before_pass(self, mod, info):
-        if info.name == self.pass_name:
-            self.modules.append(mod)
-
-
-def _kernels_before(name: str, mod) -> list:
-    capture = _Before(name)
-    with tvm.transform.PassContext(instruments=[capture]):
-        texscope.build(mod, "adreno-opencl", jobs=1)
-    return [tvm.IRModule({gvar: func}, attrs=part.attrs) for part in capture.modules
-            for gvar, func in part.functions.items() if isinstance(func, tvm.tirx.PrimFunc)]
-
-
 def _assert_lowered_as_with_tvms_hoisting(mod):
     with_tvms = tvm.transform.Sequential([
         tvm.s_tir.transform.HoistIfThenElse() if p is lowering.HoistIfThenElseWhereAny else p
@@ -180,23 +159,25 @@ def test_a_real_models_kernels_lower_as_with_tvms_hoisting(mediapipe, name):
     _assert_lowered_as_with_tvms_hoisting(load_tflite(mediapipe[name]))
 
 
-def test_hoisting_runs_on_kernels_with_an_if_statement_only(monkeypatch):
+def _hoisted(monkeypatch, config: dict) -> tuple[list, list]:
+    """Inception's kernels as hoisting gets them, and those it handed TVM's
+    pass under ``config``."""
     kernels = _kernels_before("texscope.HoistIfThenElseWhereAny", zoo.NETWORKS["inception"]())
     hoisted = []
     monkeypatch.setattr(lowering, "_HOIST", lambda mod: hoisted.append(mod) or mod)
-    with tvm.transform.PassContext():
+    with tvm.transform.PassContext(config=config):
         for kernel in kernels:
             lowering.HoistIfThenElseWhereAny(kernel)
+    return kernels, hoisted
+
+
+def test_hoisting_runs_on_kernels_with_an_if_statement_only(monkeypatch):
+    kernels, hoisted = _hoisted(monkeypatch, {})
     with_if = [k for k in kernels if any(map(lowering._has_if_statement, k.functions.values()))]
     assert 0 < len(with_if) < len(kernels) and len(hoisted) == len(with_if)
 
 
 def test_hoisting_on_block_variables_asked_for_is_never_skipped(monkeypatch):
-    kernels = _kernels_before("texscope.HoistIfThenElseWhereAny", zoo.NETWORKS["inception"]())
-    hoisted = []
-    monkeypatch.setattr(lowering, "_HOIST", lambda mod: hoisted.append(mod) or mod)
     config = {"s_tir.HoistIfThenElse": {"support_block_scope_hoisting": True}}
-    with tvm.transform.PassContext(config=config):
-        for kernel in kernels:
-            lowering.HoistIfThenElseWhereAny(kernel)
+    kernels, hoisted = _hoisted(monkeypatch, config)
     assert len(hoisted) == len(kernels)
