@@ -286,35 +286,39 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
     which nothing but their tensors reads; and (start, end, bytes) of the
     memory it may not, taken to live to the block's end (the function's
     results, allocated as ``builtin.alloc_tensor``, and the other storages).
-    ``read_later``: variables read after the block (a tensor read there lives
-    to its end)."""
-    storages: dict = {}  # storage var -> [group, placeable, binding, bytes]
-    tensors: dict = {}  # tensor var -> [binding, storage, need, last use]
+    ``read_later``: the handles of the variables read after the block (a
+    tensor read there lives to its end)."""
+    # Keyed by the variables' handles: a variable read from the IR is a new
+    # Python object, which a dict keyed by variables compares with its key
+    # through TVM's ``__eq__`` (20 times slower).
+    storages: dict = {}  # storage -> [group, placeable, binding, bytes]
+    tensors: dict = {}  # tensor -> [binding, storage var, need, last use]
     roots: dict = {}  # var -> the tensors whose memory it is
     results: list = []
     for j, binding in enumerate(bindings):
         value, name = binding.value, op_name(binding.value)
+        key = binding.var.__chandle__()
         if name == ALLOC_STORAGE:
             static = shape_expr_dims(value.args[0]) is not None
-            storages[binding.var] = [_device_group(mod, value), static, j,
-                                     storage_bytes(value) if static else 0]
+            storages[key] = [_device_group(mod, value), static, j,
+                             storage_bytes(value) if static else 0]
             continue
         if name == BUILTIN_ALLOC_TENSOR:
             shape = shape_expr_dims(value.args[0])
             if shape is not None:
                 results.append((j, len(bindings), nbytes(shape, value.args[1].value)))
-        if name == ALLOC_TENSOR and value.args[0] in storages:
+        if name == ALLOC_TENSOR and value.args[0].__chandle__() in storages:
             storage = value.args[0]
             offset = value.args[1]
             static = shape_expr_dims(value.args[2]) is not None
             if not static or not isinstance(offset, tvm.tirx.IntImm) or int(offset) != 0:
-                storages[storage][1] = False
+                storages[storage.__chandle__()][1] = False
                 continue
             need = allocated_tensor(mod, value, binding.var.ty).needed
-            tensors[binding.var] = [j, storage, need, j]
-            roots[binding.var] = (binding.var,)
+            tensors[key] = [j, storage, need, j]
+            roots[key] = (key,)
             continue
-        read = vars_read(value)
+        read = [var.__chandle__() for var in vars_read(value)]
         for var in read:
             if var in storages:  # a storage read other than by its tensors
                 storages[var][1] = False
@@ -323,23 +327,25 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
         if _is_alias(value):
             aliased = tuple(r for var in read for r in roots.get(var, ()))
             if aliased:
-                roots[binding.var] = aliased
+                roots[key] = aliased
     for var, aliased in roots.items():
         if var in read_later:
             for root in aliased:
                 tensors[root][3] = len(bindings)
-    held = [_Held(j, storage, Lifetime(j, last, need, storages[storage][0]))
-            for var, (j, storage, need, last) in tensors.items() if storages[storage][1]]
+    held = [_Held(j, storage, Lifetime(j, last, need, storages[storage.__chandle__()][0]))
+            for j, storage, need, last in tensors.values()
+            if storages[storage.__chandle__()][1]]
     others = [(j, len(bindings), size) for _, placeable, j, size in storages.values()
               if not placeable]
     return held, results + others
 
 
 def _read_after(func: relax.Function, block_index: int) -> set:
-    read = set(vars_read(func.body.body))
+    """The handles of the variables read after block ``block_index``."""
+    read = {var.__chandle__() for var in vars_read(func.body.body)}
     for block in func.body.blocks[block_index + 1:]:
         for binding in block.bindings[:]:
-            read.update(vars_read(binding.value))
+            read.update(var.__chandle__() for var in vars_read(binding.value))
     return read
 
 
@@ -351,27 +357,28 @@ def _replanned_block(mod: tvm.IRModule, builder: relax.BlockBuilder, block, read
     # TVM's own assignment, each storage sized by its largest tensor.
     index: dict = {}
     for h in held:
-        index.setdefault(h.storage, len(index))
+        index.setdefault(h.storage.__chandle__(), len(index))
     sizes = [0] * len(index)
     for h in held:
-        sizes[index[h.storage]] = max(sizes[index[h.storage]], h.lifetime.need)
-    tvms = Assignment(tuple(index[h.storage] for h in held), tuple(sizes))
+        number = index[h.storage.__chandle__()]
+        sizes[number] = max(sizes[number], h.lifetime.need)
+    tvms = Assignment(tuple(index[h.storage.__chandle__()] for h in held), tuple(sizes))
     plan = assign([h.lifetime for h in held], background, tvms)
     by_binding = {h.binding: (h, plan.storage[i]) for i, h in enumerate(held)}
-    old = {h.storage for h in held}
-    origin = {}  # storage var -> its alloc_storage call
+    old = {h.storage.__chandle__() for h in held}
+    origin = {}  # storage handle -> its alloc_storage call
     for binding in bindings:
-        if binding.var in old:
-            origin[binding.var] = binding.value
+        if binding.var.__chandle__() in old:
+            origin[binding.var.__chandle__()] = binding.value
     made: dict[int, relax.Var] = {}
     out = []
     for j, binding in enumerate(bindings):
-        if binding.var in old:
+        if binding.var.__chandle__() in old:
             continue
         if j in by_binding:
             tensor, index = by_binding[j]
             if index not in made:
-                call = origin[tensor.storage]
+                call = origin[tensor.storage.__chandle__()]
                 size = relax.ShapeExpr([tvm.tirx.IntImm("int64", plan.sizes[index])])
                 value = builder.normalize(relax.Call(call.op, [size, *call.args[1:]], call.attrs,
                                                      call.ty_args))
