@@ -34,18 +34,26 @@ def _makes_memory(value) -> bool:
     return isinstance(value, relax.Call)
 
 
+def _handle(var) -> int:
+    return var.__chandle__()
+
+
 class _Block:
     """The bindings of one dataflow block as a graph of memory."""
 
     def __init__(self, bindings, kept: set):
+        """``kept``: the handles of the variables read after the block.
+        Variables are keyed by handle: one read from the IR is a new Python
+        object, which a dict keyed by variables compares with its key
+        through TVM's ``__eq__`` (20 times slower)."""
         self.bindings = bindings
-        index = {b.var: i for i, b in enumerate(bindings)}
+        index = {b.var.__chandle__(): i for i, b in enumerate(bindings)}
         # roots[i]: the bindings whose memory binding i's variable names.
         self.roots: list[tuple[int, ...]] = []
         self.reads: list[set[int]] = []  # bindings whose results binding i reads
         self.size: list[int] = []
         for i, binding in enumerate(bindings):
-            read = {index[v] for v in vars_read(binding.value) if v in index}
+            read = {index[key] for key in map(_handle, vars_read(binding.value)) if key in index}
             self.reads.append(read)
             if _makes_memory(binding.value):
                 self.roots.append((i,))
@@ -60,7 +68,7 @@ class _Block:
             for j in self.reads[i]:
                 for root in self.roots[j]:
                     self.readers[root].add(i)
-            if binding.var in kept or not isinstance(binding.var, relax.DataflowVar):
+            if binding.var.__chandle__() in kept or not isinstance(binding.var, relax.DataflowVar):
                 self.kept.update(self.roots[i])
 
     def peak(self, order: list[int]) -> int:
@@ -112,7 +120,8 @@ class _Block:
 def reordered_block(block: relax.DataflowBlock, kept: set) -> relax.DataflowBlock:
     """``block`` in the order of least peak (itself where none is lower, and
     where a ``match_cast`` defines size variables: later bindings read them
-    through their types, which the order does not follow)."""
+    through their types, which the order does not follow).  ``kept``: the
+    handles of the variables read after it."""
     if any(isinstance(b, relax.MatchCast) for b in block.bindings):
         return block
     graph = _Block(list(block.bindings), kept)
@@ -129,10 +138,10 @@ def order_for_memory(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
     for at, block in enumerate(blocks):
         if not isinstance(block, relax.DataflowBlock):
             continue
-        kept = set(vars_read(func.body.body))
+        kept = set(map(_handle, vars_read(func.body.body)))
         for later in blocks[at + 1:]:
             for binding in later.bindings[:]:
-                kept.update(vars_read(binding.value))
+                kept.update(map(_handle, vars_read(binding.value)))
         new = reordered_block(block, kept)
         changed |= new is not block
         blocks[at] = new
