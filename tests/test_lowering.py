@@ -3,11 +3,13 @@ unguarded, ifs hoisted only where a kernel has one."""
 
 import pytest
 import tvm
+from tvm.script import tirx as T
 from tvm.s_tir.backend.adreno import pipeline as tvm_adreno
 
 import texscope
 from texscope.backend import lowering
 from texscope.frontend.tflite_model import load_tflite
+from texscope.ir.tir import has_if_statement
 from texscope.models import zoo
 from test_real_models import IMPORTABLE
 
@@ -144,7 +146,7 @@ def _assert_lowered_as_with_tvms_hoisting(mod):
     for kernel in _kernels_before("texscope.AdrenoTIRPipeline", mod):
         tvm.ir.assert_structural_equal(lowering.adreno_tir_pipeline(kernel), with_tvms(kernel))
     for kernel in _kernels_before("texscope.HoistIfThenElseWhereAny", mod):
-        skipped += not any(lowering._has_if_statement(f) for f in kernel.functions.values())
+        skipped += not any(has_if_statement(f.body) for f in kernel.functions.values())
     assert skipped
 
 
@@ -173,7 +175,7 @@ def _hoisted(monkeypatch, config: dict) -> tuple[list, list]:
 
 def test_hoisting_runs_on_kernels_with_an_if_statement_only(monkeypatch):
     kernels, hoisted = _hoisted(monkeypatch, {})
-    with_if = [k for k in kernels if any(map(lowering._has_if_statement, k.functions.values()))]
+    with_if = [k for k in kernels if any(has_if_statement(f.body) for f in k.functions.values())]
     assert 0 < len(with_if) < len(kernels) and len(hoisted) == len(with_if)
 
 
@@ -181,3 +183,23 @@ def test_hoisting_on_block_variables_asked_for_is_never_skipped(monkeypatch):
     config = {"s_tir.HoistIfThenElse": {"support_block_scope_hoisting": True}}
     kernels, hoisted = _hoisted(monkeypatch, config)
     assert len(hoisted) == len(kernels)
+
+
+# pylint: disable=no-self-argument,missing-function-docstring
+@T.prim_func(private=True)
+def guarded_copy(x: T.Buffer((300,), "float32"), y: T.Buffer((300,), "float32")):
+    for i in range(512):
+        if i < 300:
+            y[i] = x[i]
+
+
+@T.prim_func(private=True)
+def selected_copy(x: T.Buffer((300,), "float32"), y: T.Buffer((300,), "float32")):
+    for i in range(300):
+        y[i] = T.if_then_else(i < 150, x[i], T.float32(0))
+# pylint: enable=no-self-argument,missing-function-docstring
+
+
+def test_an_if_statement_is_told_from_an_if_then_else_expression():
+    assert has_if_statement(guarded_copy.body)
+    assert not has_if_statement(selected_copy.body)

@@ -44,7 +44,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from ..ir.tir import blocks_in
+from ..ir.tir import blocks_in, has_if_statement
 
 _COMPACT = s_tir.transform.CompactBufferAllocation()
 _TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")
@@ -124,22 +124,6 @@ def CompactUnguarded(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disabl
 _HOIST = s_tir.transform.HoistIfThenElse()
 
 
-def _has_if_statement(func: tirx.PrimFunc) -> bool:
-    found = []
-
-    def on_if(_node, _visitor):
-        found.append(True)
-
-    def pruned(_value, _visitor):
-        return None
-
-    tvm_ffi.structural_visit(func.body, [
-        (tirx.IfThenElse, on_if),
-        ((tvm.ir.Expr, tirx.BufferStore, tirx.Evaluate), pruned),
-    ])
-    return bool(found)
-
-
 def _hoists_more_than_statements(func: tirx.PrimFunc) -> bool:
     """Whether TVM's hoister would also hoist conditions on block variables or
     ``if_then_else`` expressions (a pass option, a function attribute)."""
@@ -153,7 +137,7 @@ def _hoists_more_than_statements(func: tirx.PrimFunc) -> bool:
 def HoistIfThenElseWhereAny(func, _mod, _ctx):  # pylint: disable=invalid-name
     """TVM's ``HoistIfThenElse`` for a kernel with an ``if`` statement (see the
     module docstring); any other is left as it is."""
-    if not _has_if_statement(func) and not _hoists_more_than_statements(func):
+    if not has_if_statement(func.body) and not _hoists_more_than_statements(func):
         return func
     return _HOIST(tvm.IRModule({"main": func}))["main"]
 
