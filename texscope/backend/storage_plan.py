@@ -51,7 +51,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, nbytes, vars_read
+from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, handle, nbytes, vars_read
 from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, allocated_tensor, op_name,
                      pooled_bytes, shape_expr_dims, storage_bytes)
 
@@ -288,16 +288,14 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
     results, allocated as ``builtin.alloc_tensor``, and the other storages).
     ``read_later``: the handles of the variables read after the block (a
     tensor read there lives to its end)."""
-    # Keyed by the variables' handles: a variable read from the IR is a new
-    # Python object, which a dict keyed by variables compares with its key
-    # through TVM's ``__eq__`` (20 times slower).
+    # Keyed by the variables' handles.
     storages: dict = {}  # storage -> [group, placeable, binding, bytes]
     tensors: dict = {}  # tensor -> [binding, storage var, need, last use]
     roots: dict = {}  # var -> the tensors whose memory it is
     results: list = []
     for j, binding in enumerate(bindings):
         value, name = binding.value, op_name(binding.value)
-        key = binding.var.__chandle__()
+        key = handle(binding.var)
         if name == ALLOC_STORAGE:
             static = shape_expr_dims(value.args[0]) is not None
             storages[key] = [_device_group(mod, value), static, j,
@@ -307,18 +305,18 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
             shape = shape_expr_dims(value.args[0])
             if shape is not None:
                 results.append((j, len(bindings), nbytes(shape, value.args[1].value)))
-        if name == ALLOC_TENSOR and value.args[0].__chandle__() in storages:
+        if name == ALLOC_TENSOR and handle(value.args[0]) in storages:
             storage = value.args[0]
             offset = value.args[1]
             static = shape_expr_dims(value.args[2]) is not None
             if not static or not isinstance(offset, tvm.tirx.IntImm) or int(offset) != 0:
-                storages[storage.__chandle__()][1] = False
+                storages[handle(storage)][1] = False
                 continue
             need = allocated_tensor(mod, value, binding.var.ty).needed
             tensors[key] = [j, storage, need, j]
             roots[key] = (key,)
             continue
-        read = [var.__chandle__() for var in vars_read(value)]
+        read = [handle(var) for var in vars_read(value)]
         for var in read:
             if var in storages:  # a storage read other than by its tensors
                 storages[var][1] = False
@@ -332,9 +330,9 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
         if var in read_later:
             for root in aliased:
                 tensors[root][3] = len(bindings)
-    held = [_Held(j, storage, Lifetime(j, last, need, storages[storage.__chandle__()][0]))
+    held = [_Held(j, storage, Lifetime(j, last, need, storages[handle(storage)][0]))
             for j, storage, need, last in tensors.values()
-            if storages[storage.__chandle__()][1]]
+            if storages[handle(storage)][1]]
     others = [(j, len(bindings), size) for _, placeable, j, size in storages.values()
               if not placeable]
     return held, results + others
@@ -342,10 +340,10 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
 
 def _read_after(func: relax.Function, block_index: int) -> set:
     """The handles of the variables read after block ``block_index``."""
-    read = {var.__chandle__() for var in vars_read(func.body.body)}
+    read = {handle(var) for var in vars_read(func.body.body)}
     for block in func.body.blocks[block_index + 1:]:
         for binding in block.bindings[:]:
-            read.update(var.__chandle__() for var in vars_read(binding.value))
+            read.update(handle(var) for var in vars_read(binding.value))
     return read
 
 
@@ -357,28 +355,28 @@ def _replanned_block(mod: tvm.IRModule, builder: relax.BlockBuilder, block, read
     # TVM's own assignment, each storage sized by its largest tensor.
     index: dict = {}
     for h in held:
-        index.setdefault(h.storage.__chandle__(), len(index))
+        index.setdefault(handle(h.storage), len(index))
     sizes = [0] * len(index)
     for h in held:
-        number = index[h.storage.__chandle__()]
+        number = index[handle(h.storage)]
         sizes[number] = max(sizes[number], h.lifetime.need)
-    tvms = Assignment(tuple(index[h.storage.__chandle__()] for h in held), tuple(sizes))
+    tvms = Assignment(tuple(index[handle(h.storage)] for h in held), tuple(sizes))
     plan = assign([h.lifetime for h in held], background, tvms)
     by_binding = {h.binding: (h, plan.storage[i]) for i, h in enumerate(held)}
-    old = {h.storage.__chandle__() for h in held}
+    old = {handle(h.storage) for h in held}
     origin = {}  # storage handle -> its alloc_storage call
     for binding in bindings:
-        if binding.var.__chandle__() in old:
-            origin[binding.var.__chandle__()] = binding.value
+        if handle(binding.var) in old:
+            origin[handle(binding.var)] = binding.value
     made: dict[int, relax.Var] = {}
     out = []
     for j, binding in enumerate(bindings):
-        if binding.var.__chandle__() in old:
+        if handle(binding.var) in old:
             continue
         if j in by_binding:
             tensor, index = by_binding[j]
             if index not in made:
-                call = origin[tensor.storage.__chandle__()]
+                call = origin[handle(tensor.storage)]
                 size = relax.ShapeExpr([tvm.tirx.IntImm("int64", plan.sizes[index])])
                 value = builder.normalize(relax.Call(call.op, [size, *call.args[1:]], call.attrs,
                                                      call.ty_args))

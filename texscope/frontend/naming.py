@@ -19,7 +19,7 @@ from tvm import relax
 
 from ..convert_layout import ConvertToPackedLayout
 from ..errors import TexscopeError
-from ..ir.graph import CALL_TIR, dps_inputs, relax_bindings
+from ..ir.graph import CALL_TIR, dps_inputs, handle, relax_bindings
 
 _MARKER = re.compile(r"__texscope_(\d+)__")
 # Prefixes and numbering TVM gives the PrimFuncs it legalizes to.
@@ -31,14 +31,12 @@ def _relax_functions(mod: tvm.IRModule):
 
 
 def _renamed(func: relax.Function, names: dict) -> relax.Function:
-    """``func`` with each variable whose handle ``names`` keys replaced by one
-    named anew.  (Keyed by handle: a variable read from the IR is a new
-    Python object, which a dict keyed by variables compares with its key
-    through TVM's ``__eq__``, 20 times slower.)"""
+    """``func`` with each variable whose :func:`handle` ``names`` keys
+    replaced by one named anew."""
     memo = {}
 
     def rename(var):
-        key = var.__chandle__()
+        key = handle(var)
         new = memo.get(key)
         if new is None:
             name = names.get(key)
@@ -58,7 +56,7 @@ def mark_names(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     for gvar, func in _relax_functions(mod):
         names = {}
         for var in [*func.params, *(b.var for _, b in relax_bindings(mod, [gvar]))]:
-            names[var.__chandle__()] = f"__texscope_{len(originals)}__"
+            names[handle(var)] = f"__texscope_{len(originals)}__"
             originals.append(var.name)
         functions[gvar] = _renamed(func, names)
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos), originals
@@ -101,23 +99,22 @@ def restore_names(mod: tvm.IRModule, originals: list[str]) -> tvm.IRModule:
     functions = dict(mod.functions)
     for gvar, func in _relax_functions(mod):
         variables = [*func.params, *(b.var for _, b in relax_bindings(mod, [gvar]))]
-        # Keyed by the variables' handles (see _renamed).
-        marked = {v.__chandle__(): int(m.group(1))
+        marked = {handle(v): int(m.group(1))
                   for v in variables if (m := _MARKER.fullmatch(v.name))}
         taken: set = set()
         names, root = {}, {}
         for var in variables:  # the model's names first: temporaries never take one
-            key = var.__chandle__()
+            key = handle(var)
             if key in marked:
                 names[key] = root[key] = _unique(originals[marked[key]], taken)
         for _, binding in relax_bindings(mod, [gvar]):
-            key = binding.var.__chandle__()
+            key = handle(binding.var)
             if key in names:
                 continue
             found = _MARKER.search(binding.var.name)
             source = originals[int(found.group(1))] if found else next(
-                (root[s.__chandle__()] for s in _sources(binding.value)
-                 if isinstance(s, relax.Var) and s.__chandle__() in root),
+                (root[handle(s)] for s in _sources(binding.value)
+                 if isinstance(s, relax.Var) and handle(s) in root),
                 None)
             operation = _operation(binding.value)
             root[key] = source or operation

@@ -159,6 +159,14 @@ def tensor_types(ty):
             yield from tensor_types(field)
 
 
+def handle(obj) -> int:
+    """An IR object's identity, to key a dict by.  A variable read from the
+    IR is a new Python object each time, which a dict keyed by the objects
+    compares with its key through TVM's ``__eq__`` (2.4 us a lookup against
+    0.1 by handle)."""
+    return obj.__chandle__()
+
+
 def known_ndim(ty) -> int | None:
     """The rank of a tensor type; None for an unknown rank or a non-tensor."""
     return ty.ndim if isinstance(ty, relax.TensorType) and ty.ndim >= 0 else None

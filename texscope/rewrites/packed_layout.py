@@ -23,7 +23,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir.graph import Constant
+from ..ir.graph import Constant, handle
 from ..knowledge import registry
 from .layout_names import (Layout, Unsupported, converted_shape, initial, initial_of_type,
                            rank, typed_like)
@@ -63,9 +63,7 @@ class _BlockConverter:
 
     def __init__(self, layout_cb: Callable[[relax.Call], Mapping]):
         self.layout_cb = layout_cb
-        # Keyed by the variables' handles: a variable read from the IR is a
-        # new Python object, which a dict keyed by variables compares with
-        # its key through TVM's ``__eq__`` (20 times slower).
+        # Keyed by the variables' handles.
         self.layouts: dict[int, Layout] = {}
         self.remap: dict[int, relax.Var] = {}
         self.bb = relax.BlockBuilder()
@@ -73,7 +71,7 @@ class _BlockConverter:
     # -- layouts of expressions ------------------------------------------
     def layout_of(self, expr: relax.Expr) -> Layout:
         if isinstance(expr, relax.Var):
-            key = expr.__chandle__()
+            key = handle(expr)
             found = self.layouts.get(key)
             return found if found is not None or key in self.layouts else initial_of_type(expr.ty)
         if isinstance(expr, Constant):
@@ -84,7 +82,7 @@ class _BlockConverter:
 
     def replace(self, expr: relax.Expr) -> relax.Expr:
         if isinstance(expr, relax.Var):
-            return self.remap.get(expr.__chandle__(), expr)
+            return self.remap.get(handle(expr), expr)
         if isinstance(expr, relax.Tuple):
             fields = [self.replace(f) for f in expr.fields]
             if any(not new.same_as(old) for new, old in zip(fields, expr.fields[:])):
@@ -134,7 +132,7 @@ class _BlockConverter:
                 # TVM's dataflow block pass refuses to retype a block's output.
                 raise Unsupported("output variable retyped")
             new_var = relax.DataflowVar(var.name, value.ty)
-            self.remap[var.__chandle__()] = new_var
+            self.remap[handle(var)] = new_var
             var = new_var
         self.bb.emit_normalized(relax.VarBinding(var, value))
 
@@ -164,7 +162,7 @@ class _BlockConverter:
                 raise Unsupported(type(value).__name__)
             else:  # a constant or another leaf: left as it is
                 self.reemit(binding, value)
-            self.layouts.setdefault(binding.var.__chandle__(), initial_of_type(binding.var.ty))
+            self.layouts.setdefault(handle(binding.var), initial_of_type(binding.var.ty))
 
     def visit_tuple(self, binding, value: relax.Tuple) -> None:
         dataflow = isinstance(binding.var, relax.DataflowVar)
@@ -173,7 +171,7 @@ class _BlockConverter:
             raise Unsupported("tuple binding of non-tensors")
         fields = self.rewrite_args(value.fields, layouts)
         self.reemit(binding, self.bb.normalize(relax.Tuple(fields)))
-        self.layouts[binding.var.__chandle__()] = tuple(layouts)
+        self.layouts[handle(binding.var)] = tuple(layouts)
 
     def visit_get_item(self, binding, value: relax.TupleGetItem) -> None:
         layout = (self.layout_of(value.tuple_value) if isinstance(binding.var, relax.DataflowVar)
@@ -182,7 +180,7 @@ class _BlockConverter:
             raise Unsupported("item of a non-tuple layout")
         item = relax.TupleGetItem(self.rewrite(value.tuple_value, layout), value.index)
         self.reemit(binding, self.bb.normalize(item))
-        self.layouts[binding.var.__chandle__()] = layout[value.index]
+        self.layouts[handle(binding.var)] = layout[value.index]
 
     def visit_call(self, binding, call: relax.Call) -> None:
         inferred = None
@@ -199,7 +197,7 @@ class _BlockConverter:
             args = self.rewrite_args(call.args, [initial_of_type(a.ty) for a in call.args])
             new_call = relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
             self.reemit(binding, self.bb.normalize(new_call))
-            self.layouts[var.__chandle__()] = initial_of_type(var.ty)
+            self.layouts[handle(var)] = initial_of_type(var.ty)
             return
         args = self.rewrite_args(call.args, inferred.inputs)
         for index, arg in inferred.new_args.items():
@@ -208,15 +206,15 @@ class _BlockConverter:
                                              ret_ty=inferred.ty))
         if dataflow:
             self.reemit(binding, value)
-            self.layouts[var.__chandle__()] = inferred.output
+            self.layouts[handle(var)] = inferred.output
             return
         initial = initial_of_type(var.ty)
         if inferred.output != initial:
             packed = self.bb.emit(value)
-            self.layouts[packed.__chandle__()] = inferred.output
+            self.layouts[handle(packed)] = inferred.output
             value = self.bb.normalize(self.rewrite(packed, initial))
         self.reemit(binding, value)
-        self.layouts[var.__chandle__()] = initial
+        self.layouts[handle(var)] = initial
 
     def infer(self, call: relax.Call) -> Inferred:
         rule = registry.LAYOUT_RULES.get(call.op.name)
