@@ -244,6 +244,27 @@ def test_a_rule_failing_midway_is_a_named_error():
     assert err.value.function == "main" and err.value.binding is not None
 
 
+def test_schedule_errors_are_short_unless_asked_for_in_full():
+    """A failed primitive is how rules test a block (``try_inline``): its
+    error is TVM's one-line message, not the kernel printed with the block
+    underlined (0.8 ms a failure); in full where asked, on this thread only."""
+    reduction = texel_cases.MaxPoolToTexture["max_pool2d"]
+
+    def failed_inline() -> str:
+        sch = schedule.UncheckedSchedule(reduction)
+        block = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+                 if "pool" in sch.get(b).name_hint][-1]
+        with pytest.raises(tvm.s_tir.ScheduleError) as err:
+            sch.compute_inline(block)
+        return str(err.value)
+
+    short = failed_inline()
+    assert "\n" not in short.strip() and "The IR with diagnostic" not in short
+    with schedule.detailed_schedule_errors():
+        assert "The IR with diagnostic" in failed_inline()
+    assert failed_inline() == short
+
+
 def test_channel_padding_and_packing_are_one_kernel():
     result, run, expected = run_and_compare(texel_cases.RGBStem)
     assert_close(run, expected)

@@ -21,6 +21,9 @@ Each choice here was made by running the kernels on OpenCL (PoCL):
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import tvm
 import tvm_ffi
 from tvm import relax, s_tir
@@ -49,15 +52,36 @@ def _is_type_checked(method) -> bool:
 
 _traced_schedule = tvm.get_global_func("s_tir.schedule.TracedSchedule")
 
+# TVM's ScheduleErrorRenderLevel.  A detailed error prints the whole kernel
+# with the failing block underlined: 0.8 ms, for what the rules mostly use as
+# a test (``try_inline`` tries every block; a reduction block fails).  The
+# short message costs 0.03 ms; a kernel no rule can finish is scheduled
+# again with detailed errors to say what failed (ScheduleKernels._located).
+_FAST_ERRORS, _DETAILED_ERRORS = 1, 0
+_error_rendering = threading.local()
+
+
+@contextlib.contextmanager
+def detailed_schedule_errors():
+    """Within it, the schedules this thread makes render errors in full."""
+    before = getattr(_error_rendering, "level", _FAST_ERRORS)
+    _error_rendering.level = _DETAILED_ERRORS
+    try:
+        yield
+    finally:
+        _error_rendering.level = before
+
 
 def _schedule_of(self, func: tvm.tirx.PrimFunc) -> None:
     """``Schedule(func)`` with TVM's defaults (no seed, no debug checks,
-    detailed errors, prerequisite checks on), made by a call of TVM's
-    constructor function.  TVM's ``Schedule.__init__`` makes it through
+    prerequisite checks on) but short error messages (see
+    :func:`detailed_schedule_errors`), made by a call of TVM's constructor
+    function.  TVM's ``Schedule.__init__`` makes it through
     ``__init_handle_by_constructor__``, which holds the GIL while the C++
     analyses the kernel (about a millisecond a conv); a function call
     releases it, and kernels are scheduled on several threads."""
-    self.__move_handle_from__(_traced_schedule(tvm.IRModule({"main": func}), -1, 0, 0, True))
+    level = getattr(_error_rendering, "level", _FAST_ERRORS)
+    self.__move_handle_from__(_traced_schedule(tvm.IRModule({"main": func}), -1, 0, level, True))
 
 
 # TVM checks every Schedule method's arguments against its annotations in
@@ -503,6 +527,18 @@ def _texture_stores_off_threads(func: tvm.tirx.PrimFunc) -> bool:
     return bool(found)
 
 
+def _detailed_reason(schedule, err: s_tir.ScheduleError) -> str:
+    """The line of TVM's detailed report saying why ``schedule()`` failed
+    (with ``err``, in short): it is scheduled again, errors rendered in full."""
+    try:
+        with detailed_schedule_errors():
+            schedule()
+    except s_tir.ScheduleError as detailed:
+        err = detailed
+    return next((line.strip() for line in str(err).splitlines()
+                 if line.strip().startswith("Error message:")), str(err).strip())
+
+
 def _caller(mod: tvm.IRModule, gvar) -> tuple[str, str] | tuple[None, None]:
     """The first (function, binding) calling ``gvar``."""
     for function, binding in relax_bindings(mod):
@@ -607,8 +643,7 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
         try:
             return self._schedule(func, current)
         except s_tir.ScheduleError as err:
-            reason = next((line.strip() for line in str(err).splitlines()
-                           if line.strip().startswith("Error message:")), type(err).__name__)
+            reason = _detailed_reason(lambda: self._schedule(func, current), err)
             function, binding = _caller(mod, gvar)
             raise TexscopeError(f"no schedule rule could schedule kernel {gvar.name_hint!r}: "
                                 f"one failed midway ({reason})", function, binding) from None
