@@ -11,6 +11,7 @@ Run: ``python bench/build_compare.py [network ...]``
 
 from __future__ import annotations
 
+import argparse
 import gc
 import statistics
 import sys
@@ -101,4 +102,11 @@ def run(names):
 
 
 if __name__ == "__main__":
-    run(sys.argv[1:] or DEFAULT)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("networks", nargs="*", metavar="network",
+                        help=f"zoo networks (default: {' '.join(DEFAULT)})")
+    networks = parser.parse_args().networks
+    unknown = [name for name in networks if name not in zoo.NETWORKS]
+    if unknown:
+        parser.error(f"unknown network {unknown[0]!r}; the zoo has {', '.join(zoo.NETWORKS)}")
+    run(networks or DEFAULT)

@@ -162,6 +162,11 @@ def main(argv=None) -> None:
     parser.add_argument("--save", type=Path, help="write the medians here (JSON)")
     parser.add_argument("--before", type=Path, help="medians --save wrote earlier")
     args = parser.parse_args(argv)
+    found = models(args.models)
+    unknown = [name for name in args.models
+               if not any(name in (key, key.split("/")[-1]) for key in found)]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(models([]))}")
     before = json.loads(args.before.read_text()) if args.before else {}
     saved = {}
     if args.jobs:
@@ -171,7 +176,7 @@ def main(argv=None) -> None:
     print(f"{'model':<34} {'TVM generic s':>13} {'texscope s':>10} {'ratio':>6} {'CPU ratio':>9}  "
           f"{'before: ratio':>13} {'CPU ratio':>9}  {'load':>4}  "
           f"{'memory MiB: TVM':>15} {'texscope':>8} {'padding':>8}  texscope's longest stage")
-    for name, load in models(args.models).items():
+    for name, load in found.items():
         try:
             mod = load()
         except Exception as err:  # the importer's own errors: report, go on

@@ -29,6 +29,7 @@ Run: ``python bench/compare_upstream.py [network ...]``
 
 from __future__ import annotations
 
+import argparse
 import gc
 import statistics
 import sys
@@ -194,4 +195,11 @@ def _plot(sizes, times):
 
 
 if __name__ == "__main__":
-    run(sys.argv[1:] or DEFAULT_NETWORKS)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("networks", nargs="*", metavar="network",
+                        help=f"zoo networks (default: {' '.join(DEFAULT_NETWORKS)})")
+    networks = parser.parse_args().networks
+    unknown = [name for name in networks if name not in zoo.NETWORKS]
+    if unknown:
+        parser.error(f"unknown network {unknown[0]!r}; the zoo has {', '.join(zoo.NETWORKS)}")
+    run(networks or DEFAULT_NETWORKS)

@@ -17,6 +17,7 @@ models that import, those the model cache holds already).
 
 from __future__ import annotations
 
+import argparse
 import gc
 import statistics
 import sys
@@ -94,4 +95,13 @@ def main(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", metavar="model",
+                        help="zoo networks or MediaPipe models (default: the zoo and the "
+                             "MediaPipe models already fetched)")
+    models = parser.parse_args().models
+    unknown = [name for name in models if name not in zoo.NETWORKS and name not in MEDIAPIPE]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; the zoo has {', '.join(zoo.NETWORKS)}; "
+                     f"MediaPipe: {', '.join(MEDIAPIPE)}")
+    sys.exit(main(models))

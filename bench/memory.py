@@ -155,12 +155,17 @@ def main(argv=None) -> None:
     weights.add_argument("--constants", action="store_true")
     weights.add_argument("--lift-weights", action="store_true")
     args = parser.parse_args(argv)
+    found = models(args.models, args.constants, args.lift_weights)
+    unknown = [name for name in args.models
+               if not any(name in (key, key.split("/")[-1]) for key in found)]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(models([]))}")
     print("peak device memory, MiB")
     print(f"{'model':<30} {'all-buffer':>10} {'all-buffer, ours':>16} {'TVM adreno':>10} {'ratio':>6} "
           f"{'texscope, TVM planner':>21} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
           f"{'padding':>8} {'inputs+':>8} {'over':>7}  {'pooled: all-buffer':>18} "
           f"{'TVM planner':>11} {'texscope':>8}")
-    for name, load in models(args.models, args.constants, args.lift_weights).items():
+    for name, load in found.items():
         try:
             mod = load()
         except Exception as err:  # the importer's own errors: report, go on

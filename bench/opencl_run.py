@@ -197,6 +197,9 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--top", type=int, default=3, help="slowest commands listed per build")
     args = p.parse_args(argv)
+    unknown = [name for name in args.networks if name not in NETWORKS]
+    if unknown and not args.replay:  # a replay names the folders an export wrote
+        p.error(f"unknown network {unknown[0]!r}; choose from {', '.join(NETWORKS)}")
     if args.export:
         export(Path(args.export), args.networks or NETWORKS, args.target)
         return 0

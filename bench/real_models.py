@@ -100,4 +100,7 @@ if __name__ == "__main__":
     parser.add_argument("models", nargs="*", help="model names (default: all 14)")
     parser.add_argument("--target", default="adreno-opencl")
     args = parser.parse_args()
+    unknown = [name for name in args.models if name not in mediapipe_models()]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(sorted(mediapipe_models()))}")
     run(args.models, args.target)

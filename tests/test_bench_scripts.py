@@ -1,0 +1,26 @@
+"""The bench scripts, run as a user runs them: a name none of them knows is
+a usage error (exit status 2, one line saying which), never a traceback or
+an empty table."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHES = sorted(path.name for path in (ROOT / "bench").glob("*.py"))
+
+
+def test_every_bench_script_is_covered():
+    assert len(BENCHES) >= 9 and "build_speed.py" in BENCHES
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_a_bench_refuses_a_model_it_does_not_know(mediapipe, bench):
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / bench), "no_such_model"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{bench}: error:") and "no_such_model" in last
