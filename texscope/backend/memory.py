@@ -37,6 +37,7 @@ import math
 
 import attrs
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ..ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, KILL_STORAGE, KILL_TENSOR, element_bits,
@@ -170,21 +171,15 @@ def allocated_tensor(mod, call: relax.Call, ty) -> _Tensor:
 
 
 def _constants(func: relax.Function) -> int:
-    seen: dict = {}
+    """Bytes of the distinct constants ``func`` holds."""
+    seen: dict[int, int] = {}
 
-    def visit(expr):
-        if isinstance(expr, tvm.ir.expr.GenericConst):
-            seen[expr] = static_bytes(expr.ty)
-        elif isinstance(expr, relax.Tuple):
-            for field in expr.fields[:]:
-                visit(field)
-        elif isinstance(expr, relax.Call):
-            for arg in expr.args[:]:
-                visit(arg)
+    def on_constant(constant, _visitor):
+        seen[constant.__chandle__()] = static_bytes(constant.ty)
 
-    for block in func.body.blocks[:]:
-        for binding in block.bindings[:]:
-            visit(binding.value)
+    # TVM walks the function; Python sees only its constants (a Python walk
+    # of a 64-conv chain's lowered main: 4.6 ms, to find none).
+    tvm_ffi.structural_visit(func.body, [(tvm.ir.expr.GenericConst, on_constant)])
     return sum(seen.values())
 
 
