@@ -1,5 +1,6 @@
 """Device memory of a build, as the Relax VM allocates it."""
 
+import numpy as np
 import pytest
 import tvm
 from tvm import relax
@@ -102,6 +103,22 @@ def test_peak_counts_storages_in_bytes_while_they_or_their_tensors_live():
     assert kept.peak_bytes == 512 + 1024 + 300 + 100 and kept.pooled_bytes == 512 + 3 * 4096
     # As buffers, no tensor has rows to align.
     assert device_memory(Planned).texel_padding_bytes == 0
+
+
+def test_inputs_count_each_constant_once_wherever_main_holds_it():
+    """A weight the model carries as a constant is device memory from the
+    start, as its parameters are: counted once however many calls read it,
+    and a constant only returned counts too."""
+    weight = relax.const(np.ones((8,), "float32"))  # 32 bytes
+    returned = relax.const(np.ones((2, 2), "float16"))  # 8 bytes
+    x = relax.Var("x", relax.TensorType((4,), "float32"))  # 16 bytes
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x], pure=False):
+        y = builder.emit(relax.Call(relax.ExternFunc("f"), [x, weight, weight],
+                                    ty_args=[relax.TensorType((4,), "float32")]))
+        builder.emit_func_output(relax.Tuple([y, returned, weight]))
+    memory = device_memory(builder.get())
+    assert memory.inputs_bytes == 16 + 32 + 8 and memory.peak_bytes == 16 + 32 + 8
 
 
 def test_a_storages_largest_tensor_is_found_once_not_at_every_event():
