@@ -8,6 +8,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from texscope.errors import TexscopeError
+from texscope.ir.graph import new_call
 from texscope.ir.rebuild import bound_call, rewrite_bindings
 
 _RELU = tvm.ir.Op.get("relax.nn.relu")
@@ -70,3 +71,13 @@ def test_a_rewrite_that_changes_a_bindings_type_is_an_error_naming_it():
     with pytest.raises(TexscopeError, match=r"^function main, binding y: a rewrite changed its "
                        r"type from R.Tensor\(\(1, 8\), dtype=\"float32\"\) to R.Tensor\(\(1, 16\)"):
         rewrite_bindings(ReluThenAdd, widen)
+
+
+
+def test_new_call_is_the_call_relax_call_makes():
+    x = relax.Var("x", relax.TensorType((1, 8), "float32"))
+    ty = relax.TensorType((1, 8), "float32")
+    tvm.ir.assert_structural_equal(new_call(_ADD, [x, x]), relax.Call(_ADD, [x, x]))
+    typed = new_call(_RELU, (x,), None, [ty], ty=ty)
+    tvm.ir.assert_structural_equal(typed, relax.Call(_RELU, [x], None, [ty], ret_ty=ty))
+    assert typed.ty.same_as(ty) and typed.args[0].same_as(x)

@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 
 from .collect_producer import ProducerInfo
-from .ir.graph import DPS_OPS, Constant, dps_inputs
+from .ir.graph import DPS_OPS, Constant, dps_inputs, new_call
 from .ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from .knowledge.targets import TextureTarget, VDeviceTable
 
@@ -80,15 +80,15 @@ class _FunctionRewriter:
             for arg, tensor, scope in zip(dps_inputs(call), site.operands, reads)
         ]
         if isinstance(call.op, relax.GlobalVar):
-            return relax.Call(call.op, inputs, call.attrs, call.ty_args)
+            return new_call(call.op, inputs, call.attrs, call.ty_args)
         if call.op.name in DPS_OPS:
             rest = [self.rebuilder.substitute(a) for a in call.args[2:]]
             out_ty = self.annotate_output(call.ty_args[0], site.outputs)
-            return relax.Call(call.op, [call.args[0], relax.Tuple(inputs), *rest], call.attrs,
+            return new_call(call.op, [call.args[0], relax.Tuple(inputs), *rest], call.attrs,
                               [out_ty])
         # Other operators take their output VDevice from ty_args (the design's trick).
         out_ty = self.annotate_output(call.ty, site.outputs)
-        rewritten = relax.Call(call.op, inputs, call.attrs, [out_ty])
+        rewritten = new_call(call.op, inputs, call.attrs, [out_ty])
         # Its type is known: the old one on the planned VDevice.  Inferring
         # it again costs ~5 ms per packed conv2d in TVM 0.27 (layout parsing).
         if all(isinstance(a, (relax.Var, Constant)) for a in inputs):

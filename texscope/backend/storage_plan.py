@@ -51,7 +51,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, handle, nbytes, vars_read
+from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, handle, nbytes, new_call, vars_read
 from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, allocated_tensor, op_name,
                      pooled_bytes, shape_expr_dims, storage_bytes)
 
@@ -378,13 +378,13 @@ def _replanned_block(mod: tvm.IRModule, builder: relax.BlockBuilder, block, read
             if index not in made:
                 call = origin[handle(tensor.storage)]
                 size = relax.ShapeExpr([tvm.tirx.IntImm("int64", plan.sizes[index])])
-                value = builder.normalize(relax.Call(call.op, [size, *call.args[1:]], call.attrs,
-                                                     call.ty_args))
+                value = builder.normalize(new_call(call.op, [size, *call.args[1:]], call.attrs,
+                                                   call.ty_args))
                 made[index] = type(tensor.storage)("storage", value.ty)
                 out.append(relax.VarBinding(made[index], value))
             call = binding.value
             binding = relax.VarBinding(binding.var, builder.normalize(
-                relax.Call(call.op, [made[index], *call.args[1:]], call.attrs, call.ty_args)))
+                new_call(call.op, [made[index], *call.args[1:]], call.attrs, call.ty_args)))
         out.append(binding)
     return type(block)(out)
 

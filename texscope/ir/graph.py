@@ -167,6 +167,20 @@ def handle(obj) -> int:
     return obj.__chandle__()
 
 
+# What relax.Call's Python constructor does before calling this: imports
+# three modules and normalises its arguments, each call (10 us against 2).
+_new_call = tvm.ir._ffi_api.Call  # pylint: disable=protected-access
+_NO_TYPE_YET = tvm.ir.Type.missing()
+
+
+def new_call(op, args, attrs=None, ty_args=(), span=None, ty=None) -> relax.Call:
+    """``relax.Call(op, args, attrs, ty_args, span, ret_ty=ty)`` for an ``op``
+    that is an expression (not a name) and a ``ty`` that is a type or None
+    (untyped until normalized)."""
+    return _new_call(_NO_TYPE_YET if ty is None else ty, op, list(args), attrs, list(ty_args),
+                     span)
+
+
 def known_ndim(ty) -> int | None:
     """The rank of a tensor type; None for an unknown rank or a non-tensor."""
     return ty.ndim if isinstance(ty, relax.TensorType) and ty.ndim >= 0 else None

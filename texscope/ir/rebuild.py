@@ -17,7 +17,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import TexscopeError
-from .graph import Constant
+from .graph import Constant, new_call
 
 
 class Rebuilder:
@@ -51,7 +51,7 @@ class Rebuilder:
         args = [self.substitute(arg) for arg in call.args]
         if callee is not None:
             args[0] = callee
-        return relax.Call(call.op, args, call.attrs, call.ty_args)
+        return new_call(call.op, args, call.attrs, call.ty_args)
 
     def emit(self, name: str, value: relax.Expr) -> relax.Var:
         """Bind ``value`` in the block being built; returns the new variable."""
@@ -173,7 +173,7 @@ def _in_normal_form(expr: relax.Expr, builder: relax.BlockBuilder, bindings: lis
         return var
 
     if isinstance(expr, relax.Call):
-        expr = relax.Call(expr.op, [leaf(arg) for arg in expr.args], expr.attrs, expr.ty_args)
+        expr = new_call(expr.op, [leaf(arg) for arg in expr.args], expr.attrs, expr.ty_args)
     return builder.normalize(expr)
 
 

@@ -45,7 +45,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir.graph import CALL_TIR, Constant
+from ..ir.graph import CALL_TIR, Constant, new_call
 
 # Held while BlockBuilder.add_func is patched (re-entrant: a legalization may
 # legalize in turn).
@@ -155,7 +155,7 @@ class TargetBinding:
         bound = bb.add_func(func.with_attr("target", target),
                             f"{gvar.name_hint}_{target.kind.name}")
         self.bound_any = True
-        return relax.Call(lowered.op, [bound, *lowered.args[1:]], lowered.attrs,
+        return new_call(lowered.op, [bound, *lowered.args[1:]], lowered.attrs,
                           lowered.ty_args)
 
     def finish(self, mod: tvm.IRModule) -> tvm.IRModule:
@@ -199,7 +199,7 @@ class _Legalized:
             gvar = self.lowered.args[0]
         else:
             gvar = bb.add_func(_named_after(self.prim_func, operands), self.name_hint)
-        return relax.Call(self.lowered.op, [gvar, relax.Tuple(operands)],
+        return new_call(self.lowered.op, [gvar, relax.Tuple(operands)],
                           self.lowered.attrs, self.lowered.ty_args)
 
 
@@ -310,7 +310,7 @@ def once_per_signature(legalize, binding: TargetBinding | None = None,
         if plain is not None:
             lowered = variables_only.find(plain)
             if lowered is not None:
-                return relax.Call(lowered.op, [lowered.args[0], relax.Tuple(call.args[:])],
+                return new_call(lowered.op, [lowered.args[0], relax.Tuple(call.args[:])],
                                   lowered.attrs, lowered.ty_args)
             lowered = legalize(bb, call)
             if _plain_call_tir(lowered) and _argument_positions(call, lowered) \

@@ -23,7 +23,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir.graph import Constant, handle
+from ..ir.graph import Constant, handle, new_call
 from ..knowledge import registry
 from .layout_names import (Layout, Unsupported, converted_shape, initial, initial_of_type,
                            rank, typed_like)
@@ -110,8 +110,8 @@ class _BlockConverter:
             raise Unsupported("transform of a tensor without shape")
         # Typed here: its type inference builds TVM layout objects again.
         template = relax.op.layout_transform(new, _index_map(source, to))
-        return relax.Call(template.op, template.args, template.attrs, template.ty_args,
-                          ret_ty=typed_like(ty, converted_shape(source, to, ty.shape.values)))
+        return new_call(template.op, template.args, template.attrs, template.ty_args,
+                        ty=typed_like(ty, converted_shape(source, to, ty.shape.values)))
 
     def rewrite_args(self, args, to: Sequence[Layout]) -> list[relax.Expr]:
         if len(to) > len(args):
@@ -195,15 +195,15 @@ class _BlockConverter:
         dataflow = isinstance(var, relax.DataflowVar)
         if inferred is None or (not _nested_tensor(var.ty) and not dataflow):
             args = self.rewrite_args(call.args, [initial_of_type(a.ty) for a in call.args])
-            new_call = relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
-            self.reemit(binding, self.bb.normalize(new_call))
+            rewritten = new_call(call.op, args, call.attrs, call.ty_args, call.span)
+            self.reemit(binding, self.bb.normalize(rewritten))
             self.layouts[handle(var)] = initial_of_type(var.ty)
             return
         args = self.rewrite_args(call.args, inferred.inputs)
         for index, arg in inferred.new_args.items():
             args[index] = arg
-        value = self.bb.normalize(relax.Call(call.op, args, inferred.attrs, call.ty_args, call.span,
-                                             ret_ty=inferred.ty))
+        value = self.bb.normalize(new_call(call.op, args, inferred.attrs, call.ty_args, call.span,
+                                           ty=inferred.ty))
         if dataflow:
             self.reemit(binding, value)
             self.layouts[handle(var)] = inferred.output
