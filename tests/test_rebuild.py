@@ -8,7 +8,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from texscope.errors import TexscopeError
-from texscope.ir.graph import new_call
+from texscope.ir.graph import new_call, new_tensor_type
 from texscope.ir.rebuild import bound_call, rewrite_bindings
 
 _RELU = tvm.ir.Op.get("relax.nn.relu")
@@ -81,3 +81,13 @@ def test_new_call_is_the_call_relax_call_makes():
     typed = new_call(_RELU, (x,), None, [ty], ty=ty)
     tvm.ir.assert_structural_equal(typed, relax.Call(_RELU, [x], None, [ty], ret_ty=ty))
     assert typed.ty.same_as(ty) and typed.args[0].same_as(x)
+
+
+def test_new_tensor_type_is_the_type_relax_tensor_type_makes():
+    texture = relax.VDevice("opencl", 0, "global.texture")
+    shaped = relax.TensorType((1, 8), "float16")
+    tvm.ir.assert_structural_equal(new_tensor_type(shaped.shape, shaped.dtype, texture),
+                                   relax.TensorType(shaped.shape, "float16", texture))
+    unshaped = new_tensor_type(None, shaped.dtype, None, ndim=3)
+    tvm.ir.assert_structural_equal(unshaped, relax.TensorType(None, "float16", ndim=3))
+    assert unshaped.ndim == 3 and unshaped.vdevice is None

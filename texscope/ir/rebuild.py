@@ -17,7 +17,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import TexscopeError
-from .graph import Constant, new_call
+from .graph import Constant, new_call, new_tensor_type
 
 
 class Rebuilder:
@@ -98,8 +98,8 @@ class Rebuilder:
 def with_vdevice(ty: relax.TensorType, vdevice: relax.VDevice | None) -> relax.TensorType:
     """The same tensor type on another VDevice (None: on none)."""
     if ty.shape is None:
-        return relax.TensorType(None, ty.dtype, vdevice, ndim=ty.ndim)
-    return relax.TensorType(ty.shape, ty.dtype, vdevice)
+        return new_tensor_type(None, ty.dtype, vdevice, ndim=ty.ndim)
+    return new_tensor_type(ty.shape, ty.dtype, vdevice)
 
 
 def _on_device_of(ty, source_ty):
