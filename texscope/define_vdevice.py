@@ -85,7 +85,7 @@ class _FunctionRewriter:
             rest = [self.rebuilder.substitute(a) for a in call.args[2:]]
             out_ty = self.annotate_output(call.ty_args[0], site.outputs)
             return new_call(call.op, [call.args[0], relax.Tuple(inputs), *rest], call.attrs,
-                              [out_ty])
+                            [out_ty])
         # Other operators take their output VDevice from ty_args (the design's trick).
         out_ty = self.annotate_output(call.ty, site.outputs)
         rewritten = new_call(call.op, inputs, call.attrs, [out_ty])

@@ -167,8 +167,8 @@ def handle(obj) -> int:
     return obj.__chandle__()
 
 
-# What relax.Call's Python constructor does before calling this: imports
-# three modules and normalises its arguments, each call (10 us against 2).
+# relax.Call's Python constructor imports three modules and normalises its
+# arguments on every call before it calls this one (10 us a call against 2).
 _new_call = tvm.ir._ffi_api.Call  # pylint: disable=protected-access
 _NO_TYPE_YET = tvm.ir.Type.missing()
 

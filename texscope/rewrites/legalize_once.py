@@ -156,7 +156,7 @@ class TargetBinding:
                             f"{gvar.name_hint}_{target.kind.name}")
         self.bound_any = True
         return new_call(lowered.op, [bound, *lowered.args[1:]], lowered.attrs,
-                          lowered.ty_args)
+                        lowered.ty_args)
 
     def finish(self, mod: tvm.IRModule) -> tvm.IRModule:
         """What LegalizeOps does last after binding a PrimFunc."""
@@ -200,7 +200,7 @@ class _Legalized:
         else:
             gvar = bb.add_func(_named_after(self.prim_func, operands), self.name_hint)
         return new_call(self.lowered.op, [gvar, relax.Tuple(operands)],
-                          self.lowered.attrs, self.lowered.ty_args)
+                        self.lowered.attrs, self.lowered.ty_args)
 
 
 def _differs_only_in(current, added: tvm.tirx.PrimFunc, keys: tuple[str, ...]) -> bool:
@@ -311,7 +311,7 @@ def once_per_signature(legalize, binding: TargetBinding | None = None,
             lowered = variables_only.find(plain)
             if lowered is not None:
                 return new_call(lowered.op, [lowered.args[0], relax.Tuple(call.args[:])],
-                                  lowered.attrs, lowered.ty_args)
+                                lowered.attrs, lowered.ty_args)
             lowered = legalize(bb, call)
             if _plain_call_tir(lowered) and _argument_positions(call, lowered) \
                     == list(range(len(call.args))):
