@@ -11,10 +11,8 @@ Run: ``python bench/build_compare.py [network ...]``
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
-import sys
 import time
 
 import tvm
@@ -22,6 +20,7 @@ import tvm
 import texscope
 from texscope import opencl
 from texscope.models import zoo
+from _cli import zoo_networks
 from texscope.backend import upstream
 from texscope.opencl.source import kernel_signatures
 
@@ -102,11 +101,4 @@ def run(names):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("networks", nargs="*", metavar="network",
-                        help=f"zoo networks (default: {' '.join(DEFAULT)})")
-    networks = parser.parse_args().networks
-    unknown = [name for name in networks if name not in zoo.NETWORKS]
-    if unknown:
-        parser.error(f"unknown network {unknown[0]!r}; the zoo has {', '.join(zoo.NETWORKS)}")
-    run(networks or DEFAULT)
+    run(zoo_networks(__doc__, DEFAULT))

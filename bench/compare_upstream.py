@@ -29,10 +29,8 @@ Run: ``python bench/compare_upstream.py [network ...]``
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -42,6 +40,7 @@ from tvm import relax
 import texscope
 from texscope.backend import upstream
 from texscope.models import zoo
+from _cli import zoo_networks
 from texscope.diagnostics.exhaustive import exhaustive, plan_units
 from texscope.diagnostics.verify import check_invariants
 
@@ -195,11 +194,4 @@ def _plot(sizes, times):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("networks", nargs="*", metavar="network",
-                        help=f"zoo networks (default: {' '.join(DEFAULT_NETWORKS)})")
-    networks = parser.parse_args().networks
-    unknown = [name for name in networks if name not in zoo.NETWORKS]
-    if unknown:
-        parser.error(f"unknown network {unknown[0]!r}; the zoo has {', '.join(zoo.NETWORKS)}")
-    run(networks or DEFAULT_NETWORKS)
+    run(zoo_networks(__doc__, DEFAULT_NETWORKS))
