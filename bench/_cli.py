@@ -1,20 +1,29 @@
-"""What the bench scripts share of their command lines."""
+"""What the bench scripts share of their command lines (importable without
+TVM: ``opencl_run.py --replay`` runs where TVM is not installed)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 
-from texscope.models import zoo
+
+def refuse_unknown(parser: argparse.ArgumentParser, names: Iterable[str],
+                   known: Iterable[str], what: str = "model") -> None:
+    """A usage error (exit status 2) naming the first of ``names`` not among
+    ``known``, and what is."""
+    known = list(known)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        parser.error(f"unknown {what} {unknown[0]!r}; choose from {', '.join(known)}")
 
 
 def zoo_networks(doc: str, default: tuple[str, ...]) -> list[str]:
-    """The zoo networks named on the command line (``default`` if none); an
-    unknown name is a usage error (exit status 2)."""
+    """The zoo networks named on the command line (``default`` if none)."""
+    from texscope.models import zoo  # pylint: disable=import-outside-toplevel
+
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("networks", nargs="*", metavar="network",
                         help=f"zoo networks (default: {' '.join(default)})")
     networks = parser.parse_args().networks
-    unknown = [name for name in networks if name not in zoo.NETWORKS]
-    if unknown:
-        parser.error(f"unknown network {unknown[0]!r}; the zoo has {', '.join(zoo.NETWORKS)}")
+    refuse_unknown(parser, networks, zoo.NETWORKS, "network")
     return networks or list(default)

@@ -50,6 +50,7 @@ import tvm
 import texscope
 from texscope.models import corpus, zoo
 from texscope.frontend.tflite_model import failure_reason, load_tflite
+from _cli import refuse_unknown
 try:
     from texscope.backend.memory import MemoryCapture, device_memory
     from texscope.diagnostics.pass_timing import render
@@ -162,11 +163,10 @@ def main(argv=None) -> None:
     parser.add_argument("--save", type=Path, help="write the medians here (JSON)")
     parser.add_argument("--before", type=Path, help="medians --save wrote earlier")
     args = parser.parse_args(argv)
+    every = models([])  # named as listed, or a zoo network by its own name
+    refuse_unknown(parser, args.models,
+                   [*every, *(key[4:] for key in every if key.startswith("zoo/"))])
     found = models(args.models)
-    unknown = [name for name in args.models
-               if not any(name in (key, key.split("/")[-1]) for key in found)]
-    if unknown:
-        parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(models([]))}")
     before = json.loads(args.before.read_text()) if args.before else {}
     saved = {}
     if args.jobs:

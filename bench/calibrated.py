@@ -55,6 +55,7 @@ from texscope.opencl.plan import read_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402  (a sibling script)
+from _cli import refuse_unknown
 
 EVERYWHERE = 1000.0  # the gain that makes every eligible tensor a texture
 TOLERANCE = 1e-3
@@ -212,9 +213,7 @@ def main(argv=None) -> None:
                              "calibrate now)")
     parser.add_argument("--runs", type=int, default=5, help="runs per build (median kept)")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.networks) - set(NETWORKS))
-    if unknown:
-        parser.error(f"unknown networks {unknown}; choose from {list(NETWORKS)}")
+    refuse_unknown(parser, args.networks, NETWORKS, "network")
     if args.export and not args.profile:
         parser.error("--export needs the target device's --profile")
     if args.replay:

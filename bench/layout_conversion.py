@@ -33,6 +33,7 @@ from texscope.knowledge import registry
 from texscope.models import zoo
 from texscope.rewrites.packed_layout import (ConversionInput, ConvertLayoutByRules,
                                               convert_layout_or_none)
+from _cli import refuse_unknown
 
 MEDIAPIPE = ("face_detection_short_range", "face_landmark", "hand_landmark_full",
              "hand_landmark_lite", "hand_recrop", "iris_landmark", "palm_detection_full",
@@ -100,8 +101,5 @@ if __name__ == "__main__":
                         help="zoo networks or MediaPipe models (default: the zoo and the "
                              "MediaPipe models already fetched)")
     models = parser.parse_args().models
-    unknown = [name for name in models if name not in zoo.NETWORKS and name not in MEDIAPIPE]
-    if unknown:
-        parser.error(f"unknown model {unknown[0]!r}; the zoo has {', '.join(zoo.NETWORKS)}; "
-                     f"MediaPipe: {', '.join(MEDIAPIPE)}")
+    refuse_unknown(parser, models, [*zoo.NETWORKS, *MEDIAPIPE])
     sys.exit(main(models))

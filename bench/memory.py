@@ -60,6 +60,7 @@ from texscope.backend.storage_plan import PlanStorages
 from texscope.frontend.tflite_model import failure_reason, load_tflite
 from texscope.knowledge.targets import texture_target
 from texscope.models import corpus, zoo
+from _cli import refuse_unknown
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
@@ -155,11 +156,10 @@ def main(argv=None) -> None:
     weights.add_argument("--constants", action="store_true")
     weights.add_argument("--lift-weights", action="store_true")
     args = parser.parse_args(argv)
+    every = models([])  # named as listed, or a zoo network by its own name
+    refuse_unknown(parser, args.models,
+                   [*every, *(key[4:] for key in every if key.startswith("zoo/"))])
     found = models(args.models, args.constants, args.lift_weights)
-    unknown = [name for name in args.models
-               if not any(name in (key, key.split("/")[-1]) for key in found)]
-    if unknown:
-        parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(models([]))}")
     print("peak device memory, MiB")
     print(f"{'model':<30} {'all-buffer':>10} {'all-buffer, ours':>16} {'TVM adreno':>10} {'ratio':>6} "
           f"{'texscope, TVM planner':>21} {'ratio':>6} {'texscope':>9} {'ratio':>6} "

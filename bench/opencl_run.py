@@ -42,6 +42,7 @@ from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.source import pick_device
+from _cli import refuse_unknown
 
 NETWORKS = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 BUILDS = ("textures", "buffers")
@@ -197,9 +198,8 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--top", type=int, default=3, help="slowest commands listed per build")
     args = p.parse_args(argv)
-    unknown = [name for name in args.networks if name not in NETWORKS]
-    if unknown and not args.replay:  # a replay names the folders an export wrote
-        p.error(f"unknown network {unknown[0]!r}; choose from {', '.join(NETWORKS)}")
+    if not args.replay:  # a replay names the folders an export wrote
+        refuse_unknown(p, args.networks, NETWORKS, "network")
     if args.export:
         export(Path(args.export), args.networks or NETWORKS, args.target)
         return 0

@@ -33,6 +33,7 @@ from texscope.opencl.source import kernel_signatures
 from texscope.models.corpus import mediapipe_models
 from texscope.errors import TexscopeError
 from texscope.frontend.tflite_model import load_tflite
+from _cli import refuse_unknown
 
 STAGES = ("convert_layout", "annotate", "optimize", "codegen")
 
@@ -100,7 +101,5 @@ if __name__ == "__main__":
     parser.add_argument("models", nargs="*", help="model names (default: all 14)")
     parser.add_argument("--target", default="adreno-opencl")
     args = parser.parse_args()
-    unknown = [name for name in args.models if name not in mediapipe_models()]
-    if unknown:
-        parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(sorted(mediapipe_models()))}")
+    refuse_unknown(parser, args.models, sorted(mediapipe_models()))
     run(args.models, args.target)
