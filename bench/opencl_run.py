@@ -200,6 +200,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not args.replay:  # a replay names the folders an export wrote
         refuse_unknown(p, args.networks, NETWORKS, "network")
+    elif not Path(args.replay).is_dir():
+        p.error(f"--replay {args.replay}: no such folder (opencl_run.py --export writes one)")
     if args.export:
         export(Path(args.export), args.networks or NETWORKS, args.target)
         return 0

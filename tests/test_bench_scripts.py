@@ -25,3 +25,13 @@ def test_a_bench_refuses_a_model_it_does_not_know(mediapipe, bench):
     assert "Traceback" not in done.stderr and done.stdout == ""
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{bench}: error:") and "no_such_model" in last
+
+
+def test_opencl_run_refuses_a_replay_of_a_missing_folder(tmp_path):
+    missing = tmp_path / "not_exported"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "opencl_run.py"), "--replay",
+                           str(missing)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1].endswith("no such folder (opencl_run.py --export "
+                                                          "writes one)")
+    assert not missing.exists()
