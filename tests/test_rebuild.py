@@ -8,7 +8,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from texscope.errors import TexscopeError
-from texscope.ir.graph import new_call, new_tensor_type
+from texscope.ir.graph import handle, new_call, new_tensor_type, read_after_block
 from texscope.ir.rebuild import bound_call, rewrite_bindings
 
 _RELU = tvm.ir.Op.get("relax.nn.relu")
@@ -91,3 +91,23 @@ def test_new_tensor_type_is_the_type_relax_tensor_type_makes():
     unshaped = new_tensor_type(None, shaped.dtype, None, ndim=3)
     tvm.ir.assert_structural_equal(unshaped, relax.TensorType(None, "float16", ndim=3))
     assert unshaped.ndim == 3 and unshaped.vdevice is None
+
+
+@I.ir_module
+class TwoBlocks:
+    @R.function
+    def main(x: R.Tensor((1, 8), "float32")):
+        with R.dataflow():
+            y = R.nn.relu(x)
+            z = R.add(y, x)
+            R.output(y, z)
+        w = R.add(y, y)
+        return (w, x)
+
+
+def test_read_after_block_names_what_later_blocks_and_the_result_read():
+    func = TwoBlocks["main"]
+    variables = [*func.params, *(b.var for block in func.body.blocks for b in block.bindings)]
+    names = {handle(var): var.name for var in variables}
+    assert sorted(names[key] for key in read_after_block(func, 0)) == ["w", "x", "y"]
+    assert sorted(names[key] for key in read_after_block(func, 1)) == ["w", "x"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..ir.graph import handle, static_bytes, vars_read
+from ..ir.graph import handle, read_after_block, static_bytes, vars_read
 
 
 def _makes_memory(value) -> bool:
@@ -131,11 +131,7 @@ def order_for_memory(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
     for at, block in enumerate(blocks):
         if not isinstance(block, relax.DataflowBlock):
             continue
-        kept = set(map(handle, vars_read(func.body.body)))
-        for later in blocks[at + 1:]:
-            for binding in later.bindings[:]:
-                kept.update(map(handle, vars_read(binding.value)))
-        new = reordered_block(block, kept)
+        new = reordered_block(block, read_after_block(func, at))
         changed |= new is not block
         blocks[at] = new
     if not changed:

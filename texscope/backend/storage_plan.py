@@ -51,7 +51,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR, handle, nbytes, new_call, vars_read
+from ..ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, handle, nbytes, new_call,
+                        read_after_block, vars_read)
 from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, allocated_tensor, op_name,
                      pooled_bytes, shape_expr_dims, storage_bytes)
 
@@ -338,15 +339,6 @@ def _held_tensors(mod: tvm.IRModule, bindings, read_later: set):
     return held, results + others
 
 
-def _read_after(func: relax.Function, block_index: int) -> set:
-    """The handles of the variables read after block ``block_index``."""
-    read = {handle(var) for var in vars_read(func.body.body)}
-    for block in func.body.blocks[block_index + 1:]:
-        for binding in block.bindings[:]:
-            read.update(handle(var) for var in vars_read(binding.value))
-    return read
-
-
 def _replanned_block(mod: tvm.IRModule, builder: relax.BlockBuilder, block, read_later: set):
     bindings = list(block.bindings)
     held, background = _held_tensors(mod, bindings, read_later)
@@ -393,7 +385,7 @@ def plan_storages(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
     """``func`` (planned by ``StaticPlanBlockMemory``) with its storages
     assigned by :func:`assign`."""
     builder = relax.BlockBuilder(mod)
-    blocks = [_replanned_block(mod, builder, block, _read_after(func, i))
+    blocks = [_replanned_block(mod, builder, block, read_after_block(func, i))
               for i, block in enumerate(func.body.blocks)]
     if all(new.same_as(old) for new, old in zip(blocks, func.body.blocks)):
         return func

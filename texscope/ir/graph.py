@@ -373,6 +373,16 @@ def vars_read(expr) -> list:
     return found
 
 
+def read_after_block(func: relax.Function, block_index: int) -> set[int]:
+    """The :func:`handle` of every variable read after block ``block_index``
+    of ``func`` (by a later block or the function's result)."""
+    read = {handle(var) for var in vars_read(func.body.body)}
+    for block in func.body.blocks[block_index + 1:]:
+        for binding in block.bindings[:]:
+            read.update(handle(var) for var in vars_read(binding.value))
+    return read
+
+
 def _collect_vars_read(expr, found: list) -> None:
     if isinstance(expr, relax.Var):
         found.append(expr)
