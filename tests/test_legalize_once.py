@@ -13,7 +13,8 @@ from texscope.ir.graph import relax_bindings
 from texscope.knowledge.targets import texture_target
 from texscope.models import zoo
 from texscope.rewrites import legalize
-from texscope.rewrites.legalize_once import TargetBinding, once_per_signature
+from texscope.rewrites import legalize_once
+from texscope.rewrites.legalize_once import TargetBinding, once_per_signature, output_storage_blind
 
 
 def _counting(calls: list):
@@ -212,3 +213,67 @@ def test_a_repeated_call_does_not_read_its_kernel_back(monkeypatch):
         return len(reads)
 
     assert reads_legalizing(6) == reads_legalizing(1)
+
+
+def _annotated_inception(constant_weights: bool):
+    target = texture_target("adreno-opencl").target
+    block = zoo.NETWORKS["inception"]()
+    if constant_weights:
+        block = zoo.with_constant_weights(block)
+    with target:
+        return texscope.texture_scope_pipeline(target)(block), target
+
+
+@pytest.mark.parametrize("constant_weights", [False, True])
+def test_convs_storing_their_results_apart_share_one_legalization(constant_weights):
+    """The inception block's two convs have one shape; the plan stores one's
+    result in an image and the other's in a buffer.  The packed conv's
+    legalization hands the call's ty_args to call_te as they are, so the
+    second call repeats the first's kernel with its own ty_args: the
+    module legalizing each call makes, from one TE compute."""
+    mod, target = _annotated_inception(constant_weights)
+    results = {binding.value.ty_args[0].vdevice.memory_scope
+               for _, binding in relax_bindings(mod)
+               if isinstance(binding.value, relax.Call)
+               and getattr(binding.value.op, "name", "") == "relax.nn.conv2d"}
+    assert results == {"global", "global.texture-weight"}
+
+    def legalized(blind: bool):
+        computes = []
+
+        def counting(bb, call):
+            computes.append(call)
+            return legalize.conv2d_nchwc(bb, call)
+
+        if blind:
+            output_storage_blind(counting)
+        with target:
+            out = legalize.LegalizeOnce({"relax.nn.conv2d": counting})(mod)
+        return out, len(computes)
+
+    once, computed_once = legalized(blind=True)
+    every, computed_every = legalized(blind=False)
+    assert (computed_once, computed_every) == (1, 2)
+    tvm.ir.assert_structural_equal(once, every)
+    assert once.script() == every.script()
+
+
+def test_a_storage_blind_repeat_keeps_its_own_device():
+    """Only the memory scope is left out of the signature: a conv placed on
+    another device index is legalized on its own."""
+    mod, target = _annotated_inception(False)
+    convs = [binding.value for _, binding in relax_bindings(mod)
+             if isinstance(binding.value, relax.Call)
+             and getattr(binding.value.op, "name", "") == "relax.nn.conv2d"]
+    first, second = convs
+    placed = second.ty_args[0]
+    elsewhere = relax.VDevice(placed.vdevice.target, 1, placed.vdevice.memory_scope)
+    moved = relax.TensorType(placed.shape, placed.dtype, elsewhere)
+    assert not legalize_once._same(
+        legalize_once._variables_only_signature(first, True),
+        legalize_once._variables_only_signature(
+            relax.Call(second.op, first.args, second.attrs, [moved]), True))
+    assert legalize_once._same(
+        legalize_once._variables_only_signature(first, True),
+        legalize_once._variables_only_signature(
+            relax.Call(second.op, first.args, second.attrs, second.ty_args), True))

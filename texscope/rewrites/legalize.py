@@ -30,7 +30,7 @@ from tvm.topi.utils import get_const_tuple
 
 from ..ir.graph import relax_bindings, static_shape
 from ..knowledge import registry
-from .legalize_once import TargetBinding, once_per_signature
+from .legalize_once import TargetBinding, once_per_signature, output_storage_blind
 
 
 def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_dtype,
@@ -75,6 +75,7 @@ def grouped_conv2d_nchwc(data, kernel, strides, padding, dilation, groups, out_d
                       name="conv2d_NCHWc_OIHWo", tag="conv2d_NCHWc_OIHWo")
 
 
+@output_storage_blind  # both computes get the call's ty_args as they are
 def conv2d_nchwc(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     """Legalize a packed conv2d; TVM's Adreno compute when ungrouped, float32
     and of static size (its output shape is an unsimplified expression of a

@@ -25,6 +25,15 @@ were cached:
 A legalization that is not one ``call_tir`` of the call's own arguments
 through one PrimFunc it added is run for every call.
 
+A legalization marked :func:`output_storage_blind` hands the call's
+``ty_args`` (its one result type, where the plan stores the result) to
+``call_te`` as they are, so its kernel is the same wherever the result
+lives.  Its signature leaves out the memory scope of the result's VDevice
+(its target and index stay in), and a repeat calls the first kernel with
+its own ``ty_args``: an inception block's two convs of one shape, one
+writing an image and one a buffer, were legalized twice for one kernel
+(4.8 ms of TE and ``create_prim_func``).
+
 After each legalization LegalizeOps gives the PrimFunc a copy carrying the
 target of the VDevice the call's ``ty_args`` name, unless it has one of that
 kind (its ``BindTarget``): once the module is annotated, every call.  It
@@ -70,7 +79,34 @@ def _argument_key(arg: relax.Expr):
     return arg
 
 
-def _signature(call: relax.Call) -> tuple | None:
+def _placed_result(call: relax.Call) -> relax.TensorType | None:
+    """The one result type a call's ``ty_args`` give, where it has a VDevice."""
+    ty_args = call.ty_args[:]
+    if len(ty_args) == 1 and isinstance(ty_args[0], relax.TensorType) \
+            and ty_args[0].vdevice is not None:
+        return ty_args[0]
+    return None
+
+
+def _result_key(call: relax.Call, storage_blind: bool) -> tuple:
+    """What a legalization may read of the call's result: its type and
+    ``ty_args``; for a storage-blind one, the result's type and device
+    without the memory scope."""
+    placed = _placed_result(call) if storage_blind else None
+    if placed is None:
+        return (call.ty, *call.ty_args[:])
+    vdevice = placed.vdevice
+    return (relax.TensorType(placed.shape, placed.dtype), vdevice.target, vdevice.vdevice_id)
+
+
+def _repeated_ty_args(call: relax.Call, lowered: relax.Call, storage_blind: bool):
+    """The ``ty_args`` a repeat of ``lowered`` gives ``call``: the call's own
+    where the legalization hands them to ``call_te`` as they are."""
+    return call.ty_args if storage_blind and _placed_result(call) is not None \
+        else lowered.ty_args
+
+
+def _signature(call: relax.Call, storage_blind: bool = False) -> tuple | None:
     # A slice reads an FFI array's elements without iteration's per-element
     # length and index checks.
     args = call.args[:]
@@ -80,14 +116,21 @@ def _signature(call: relax.Call) -> tuple | None:
     # Which arguments are one variable: call_te gives each its own parameter,
     # but where they sit in the call_tir must stay the same.
     aliases = [next(j for j, other in enumerate(args) if other.same_as(arg)) for arg in args]
-    return (call.attrs, *keys, call.ty, *call.ty_args[:], *aliases)
+    return (call.attrs, *keys, *_result_key(call, storage_blind), *aliases)
 
 
-def _variables_only_signature(call: relax.Call) -> tuple | None:
+def _variables_only_signature(call: relax.Call, storage_blind: bool = False) -> tuple | None:
     args = call.args[:]
     if not all(isinstance(arg, relax.Var) for arg in args):
         return None
-    return (call.attrs, *(arg.ty for arg in args), call.ty)
+    return (call.attrs, *(arg.ty for arg in args), *_result_key(call, storage_blind))
+
+
+def output_storage_blind(legalize):
+    """Mark ``legalize`` as handing the call's ``ty_args`` to ``call_te`` as
+    they are (see the module docstring); returns it."""
+    legalize.output_storage_blind = True
+    return legalize
 
 
 def _same(a: tuple, b: tuple) -> bool:
@@ -180,7 +223,8 @@ class _Legalized:
     name_hint: str
     signature_attrs: tuple[str, ...] = ()
 
-    def repeat(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Call:
+    def repeat(self, bb: relax.BlockBuilder, call: relax.Call,
+               storage_blind: bool = False) -> relax.Call:
         operands = [call.args[i] for i in self.positions]
         current = bb.get()[self.added]
         if current.same_as(self.prim_func):
@@ -199,8 +243,8 @@ class _Legalized:
             gvar = self.lowered.args[0]
         else:
             gvar = bb.add_func(_named_after(self.prim_func, operands), self.name_hint)
-        return new_call(self.lowered.op, [gvar, relax.Tuple(operands)],
-                        self.lowered.attrs, self.lowered.ty_args)
+        return new_call(self.lowered.op, [gvar, relax.Tuple(operands)], self.lowered.attrs,
+                        _repeated_ty_args(call, self.lowered, storage_blind))
 
 
 def _differs_only_in(current, added: tvm.tirx.PrimFunc, keys: tuple[str, ...]) -> bool:
@@ -302,16 +346,19 @@ def once_per_signature(legalize, binding: TargetBinding | None = None,
     ``signature_attrs`` names the attributes the caller writes on a
     legalized PrimFunc that the signature determines (stage 1's operator
     record): a PrimFunc changed in those only is still the one to repeat.
+    A ``legalize`` marked :func:`output_storage_blind` is repeated for calls
+    whose results are stored elsewhere too.
     """
     variables_only, with_others = _Seen(), _Seen()
+    blind = getattr(legalize, "output_storage_blind", False)
 
     def run(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-        plain = _variables_only_signature(call)
+        plain = _variables_only_signature(call, blind)
         if plain is not None:
             lowered = variables_only.find(plain)
             if lowered is not None:
                 return new_call(lowered.op, [lowered.args[0], relax.Tuple(call.args[:])],
-                                lowered.attrs, lowered.ty_args)
+                                lowered.attrs, _repeated_ty_args(call, lowered, blind))
             lowered = legalize(bb, call)
             if _plain_call_tir(lowered) and _argument_positions(call, lowered) \
                     == list(range(len(call.args))):
@@ -319,12 +366,12 @@ def once_per_signature(legalize, binding: TargetBinding | None = None,
                     lowered = binding(bb, lowered)
                 variables_only.add(plain, lowered)
             return lowered
-        signature = _signature(call)
+        signature = _signature(call, blind)
         if signature is None:
             return legalize(bb, call)
         done = with_others.find(signature)
         if done is not None:
-            return done.repeat(bb, call)
+            return done.repeat(bb, call, blind)
         lowered, added = _legalize_noting_added(legalize, bb, call)
         done = _repeatable(call, lowered, added, signature_attrs)
         if done is not None:
