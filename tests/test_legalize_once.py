@@ -148,15 +148,18 @@ def test_a_kernel_is_recorded_once(monkeypatch):
         "add", "add", "add", "maximum", "maximum", "maximum2", "add3", "add3"]
 
 
-def _annotated_chain(constant_weights: bool = False):
-    """A conv chain after stages 1-5: its packed convs are calls whose types
+def _annotated(network, constant_weights: bool = False):
+    """A network after stages 1-5: its packed convs are calls whose types
     place them on VDevices, of variables only or of constant weights."""
     target = texture_target("adreno-opencl").target
-    chain = zoo.conv_chain(8)
     if constant_weights:
-        chain = zoo.with_constant_weights(chain)
+        network = zoo.with_constant_weights(network)
     with target:
-        return texscope.texture_scope_pipeline(target)(chain), target
+        return texscope.texture_scope_pipeline(target)(network), target
+
+
+def _annotated_chain(constant_weights: bool = False):
+    return _annotated(zoo.conv_chain(8), constant_weights)
 
 
 @pytest.mark.parametrize("constant_weights", [False, True])
@@ -216,12 +219,7 @@ def test_a_repeated_call_does_not_read_its_kernel_back(monkeypatch):
 
 
 def _annotated_inception(constant_weights: bool):
-    target = texture_target("adreno-opencl").target
-    block = zoo.NETWORKS["inception"]()
-    if constant_weights:
-        block = zoo.with_constant_weights(block)
-    with target:
-        return texscope.texture_scope_pipeline(target)(block), target
+    return _annotated(zoo.NETWORKS["inception"](), constant_weights)
 
 
 @pytest.mark.parametrize("constant_weights", [False, True])
