@@ -306,6 +306,16 @@ def test_a_kernel_that_packs_into_an_image_is_not_made_a_view():
     assert values[0].op.name == "relax.call_tir" and values[1].op.name == "relax.reshape"
 
 
+def test_keeping_a_storage_change_as_a_kernel_leaves_the_other_bindings_alone():
+    """Only the image-writing call's variable changes; the buffer-to-buffer
+    call's binding is the input's own object, not a rebuilt copy."""
+    out = KeepStorageChangesAsKernels(storage_views.PackIntoImage)
+    before = storage_views.PackIntoImage["main"].body.blocks[0].bindings
+    after = out["main"].body.blocks[0].bindings
+    assert not after[0].same_as(before[0]) and not isinstance(after[0].var, relax.DataflowVar)
+    assert after[1].same_as(before[1])
+
+
 @pytest.mark.parametrize("name", ["resnet", "mobilenet_v2"])
 def test_mali_builds_compute_the_cpu_numbers_on_opencl(name):
     # TVM's texture schedules are registered for Adreno only; texscope applies
