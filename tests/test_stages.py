@@ -150,6 +150,22 @@ def test_cleanup_keeps_a_copy_when_the_texture_has_other_readers():
     tvm.ir.assert_structural_equal(out, annotated.TextureAlsoReadDirectly)
 
 
+def test_cleanup_counts_uses_only_where_a_copy_to_a_buffer_may_fold(monkeypatch):
+    from texscope import cleanup
+
+    counted = []
+    use_counts = cleanup._use_counts
+    monkeypatch.setattr(cleanup, "_use_counts",
+                        lambda mod, gvar: counted.append(gvar) or use_counts(mod, gvar))
+    # Without any copy the function is left as it is, without the walk.
+    assert run_pass(cleanup.FoldTextureCopies(), annotated.ReturnsTexture) \
+        .same_as(annotated.ReturnsTexture)
+    assert counted == []
+    out = run_pass(cleanup.FoldTextureCopies(), annotated.TextureOnlyCopied)
+    tvm.ir.assert_structural_equal(out, annotated.TextureOnlyCopiedFolded)
+    assert len(counted) == 1
+
+
 def test_stage1_folds_constants_only_where_something_folds():
     folded = run_pass(FoldConstantsIfAny, folding.ConstantScale)
     (product,) = folded["main"].body.blocks[0].bindings  # the sum became a constant
