@@ -54,13 +54,16 @@ class _Block:
             else:
                 self.roots.append(tuple(sorted({r for j in read for r in self.roots[j]})))
                 self.size.append(0)
-        # Memory read through any name of it; kept memory is never freed.
+        # The memory binding i reads, through any name of it (asked at every
+        # step of the scheduling, for every binding ready).
+        self.read_roots: list[frozenset[int]] = [
+            frozenset(r for j in read for r in self.roots[j]) for read in self.reads]
+        # Kept memory is never freed.
         self.readers: list[set[int]] = [set() for _ in bindings]
         self.kept: set[int] = set()
         for i, binding in enumerate(bindings):
-            for j in self.reads[i]:
-                for root in self.roots[j]:
-                    self.readers[root].add(i)
+            for root in self.read_roots[i]:
+                self.readers[root].add(i)
             if handle(binding.var) in kept or not isinstance(binding.var, relax.DataflowVar):
                 self.kept.update(self.roots[i])
 
@@ -75,7 +78,7 @@ class _Block:
 
     def _freed(self, i: int, left: list[int]) -> int:
         freed = 0
-        for root in {r for j in self.reads[i] for r in self.roots[j]}:
+        for root in self.read_roots[i]:
             left[root] -= 1
             if not left[root] and root not in self.kept:
                 freed += self.size[root]
@@ -84,8 +87,8 @@ class _Block:
         return freed
 
     def _gain(self, i: int, left: list[int]) -> int:
-        roots = {r for j in self.reads[i] for r in self.roots[j]}
-        freed = sum(self.size[r] for r in roots if left[r] == 1 and r not in self.kept)
+        freed = sum(self.size[r] for r in self.read_roots[i]
+                    if left[r] == 1 and r not in self.kept)
         return self.size[i] - freed
 
     def scheduled(self) -> list[int]:
