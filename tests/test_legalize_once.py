@@ -246,7 +246,7 @@ def test_convs_storing_their_results_apart_share_one_legalization(constant_weigh
         if blind:
             output_storage_blind(counting)
         with target:
-            out = legalize.LegalizeOnce({"relax.nn.conv2d": counting})(mod)
+            out = run_pass(legalize.LegalizeOnce({"relax.nn.conv2d": counting}), mod)
         return out, len(computes)
 
     once, computed_once = legalized(blind=True)

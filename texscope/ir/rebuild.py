@@ -66,13 +66,12 @@ class Rebuilder:
         func: relax.Function,
         params: list[relax.Var],
         rewrite: Callable[[relax.Binding], relax.Expr],
-        var_type: Callable[[relax.Binding], type] = lambda binding: type(binding.var),
     ) -> relax.Function:
         """Rebuild ``func`` with ``params``; ``rewrite`` gives each binding's new value.
 
         ``rewrite`` may call :meth:`emit` to add bindings before the one it
-        rewrites, and :meth:`substitute` for the default.  ``var_type`` gives the
-        class of each binding's new variable (its old one's by default).
+        rewrites, and :meth:`substitute` for the default.  Each new variable
+        is of its old one's class.
         """
         blocks = []
         for self.block, block in enumerate(func.body.blocks[:]):
@@ -83,10 +82,10 @@ class Rebuilder:
                 value = self.builder.normalize(rewrite(binding))
                 if isinstance(binding, relax.MatchCast):
                     cast_ty = _on_device_of(binding.ty, value.ty)
-                    new_var = var_type(binding)(var.name, cast_ty)
+                    new_var = type(var)(var.name, cast_ty)
                     self.bindings.append(relax.MatchCast(new_var, value, cast_ty))
                 else:
-                    new_var = var_type(binding)(var.name, value.ty)
+                    new_var = type(var)(var.name, value.ty)
                     self.bindings.append(relax.VarBinding(new_var, value))
                 self.var_map[var] = new_var
             block_type = relax.DataflowBlock if self.in_dataflow else relax.BindingBlock

@@ -54,7 +54,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir.graph import CALL_TIR, Constant, new_call
+from ..ir.graph import CALL_TIR, Constant, new_call, new_tensor_type
 
 # Held while BlockBuilder.add_func is patched (re-entrant: a legalization may
 # legalize in turn).
@@ -96,7 +96,7 @@ def _result_key(call: relax.Call, storage_blind: bool) -> tuple:
     if placed is None:
         return (call.ty, *call.ty_args[:])
     vdevice = placed.vdevice
-    return (relax.TensorType(placed.shape, placed.dtype), vdevice.target, vdevice.vdevice_id)
+    return (new_tensor_type(placed.shape, placed.dtype), vdevice.target, vdevice.vdevice_id)
 
 
 def _repeated_ty_args(call: relax.Call, lowered: relax.Call, storage_blind: bool):
