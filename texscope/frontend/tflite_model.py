@@ -2,15 +2,23 @@
 
 TVM's frontend reports what it cannot read as a bare ``NotImplementedError``
 ("Custom operators are currently not supported") or as an exception from deep
-inside a converter (a ``TypeError`` on a sparse model's weights), naming
-neither the file nor the operator.  :func:`load_tflite` reads the model's
-operator list itself, so the error it raises names both: the custom operators
-(``Convolution2DTransposeBias``...) before the frontend is called, or the
-operator whose converter failed.
+inside a converter, naming neither the file nor the operator.
+:func:`load_tflite` reads the model's operator list itself, so the error it
+raises names both: the custom operators (``Convolution2DTransposeBias``...)
+before the frontend is called, or the operator whose converter failed.
+
+Sparse models store float16 weights sparse, ``DENSIFY`` then ``DEQUANTIZE``
+(to float32) each before its conv.  TVM 0.27's frontend densifies the weight
+at import but its ``DEQUANTIZE`` reads a float16 input from the file's
+buffer, which a densified weight has none of (a ``TypeError``);
+:class:`_Converter`'s takes the densified weight (MediaPipe's pose_detection
+and face_detection_full_range_sparse import, and compute what TFLite's
+interpreter computes).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +43,27 @@ def _tflite_package():
         raise TexscopeError("TFLite models need the tflite package: "
                             "pip install 'texscope[tflite]'") from err
     return tflite
+
+
+@functools.cache
+def _converter_class():
+    """TVM's TFLite operator converter, its ``DEQUANTIZE`` taking a
+    densified float16 weight (built on first use: the frontend needs the
+    tflite package)."""
+    from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
+    from tflite.TensorType import TensorType
+
+    class _Converter(OperatorConverter):
+        def convert_dequantize(self, op):
+            (weight,) = self.get_input_tensors(op)
+            if weight.tensor.Type() != TensorType.FLOAT16 or not self.is_prefetched(
+                    weight.tensor_idx):
+                return super().convert_dequantize(op)
+            dense = self.exp_tab.new_const(self.get_prefetched_node(weight.tensor_idx),
+                                           dtype="float16", source_name=weight.tensor.Name())
+            return relax.op.astype(dense, "float32")
+
+    return _Converter
 
 
 def _operator_names(tflite) -> dict[int, str]:
@@ -127,7 +156,7 @@ def load_tflite(path) -> tvm.IRModule:
     # freed here, where that line is dropped, not after the error is reported.
     with quiet_native_stderr():
         try:
-            mod = from_tflite(model)
+            mod = from_tflite(model, op_converter=_converter_class())
         except Exception as err:  # the frontend raises anything; name where it was
             failure = _frontend_failure(file, tflite, model, err)
             err.with_traceback(None)
