@@ -10,9 +10,11 @@ Per model that TVM's TFLite frontend imports (the corpus comes from
 - ``texscope``: texscope's build for the target (limited to the OpenCL
   device's images), run once on that device and compared with the CPU:
   kernels, launches, images, copies run, conv data inputs read from texture,
-  max abs error over the output's largest magnitude (MISMATCH from 2e-4, as
-  the tests), and build time by stage (one build each: these take seconds,
-  the stage split is what to read).
+  max abs error over the output's largest magnitude against the CPU build of
+  the same module (MISMATCH from 2e-4, as the tests) and against TFLite's own
+  interpreter on the same inputs (where ``ai-edge-litert`` is installed: it
+  checks the import too), and build time by stage (one build each: these
+  take seconds, the stage split is what to read).
 
 Run: ``python bench/real_models.py [--target mali-opencl] [model ...]``
 """
@@ -51,15 +53,33 @@ def tvm_own(mod, target) -> str:
     return f"{len(kernels)} kernels, {images} with images, {copies} copies"
 
 
-def texscope_row(mod, target) -> dict:
+def tflite_outputs(path, inputs) -> list | None:
+    """What TFLite's interpreter computes (None without ai-edge-litert)."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    for detail, value in zip(interpreter.get_input_details(), inputs):
+        interpreter.set_tensor(detail["index"], np.asarray(value))
+    interpreter.invoke()
+    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+
+
+def scaled_error(outputs, expected) -> float:
+    """The largest error relative to each output's largest magnitude (outputs reach 1315)."""
+    return max(float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30)
+               for a, b in zip(outputs, expected))
+
+
+def texscope_row(mod, target, path) -> dict:
     result = texscope.build(mod, target)
     figures = result.report.build
     inputs = verify.random_inputs(mod)
     run = opencl.run(result, inputs)
-    expected = verify.reference_outputs(mod, inputs)
-    # Error relative to each output's largest magnitude (outputs reach 1315).
-    error = max(float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30)
-                for a, b in zip(run.outputs, expected))
+    error = scaled_error(run.outputs, verify.reference_outputs(mod, inputs))
+    from_tflite = tflite_outputs(path, inputs)
     return {
         "kernels": figures["kernels"],
         "launches": len(run.times) - run.copies,
@@ -67,6 +87,8 @@ def texscope_row(mod, target) -> dict:
         "copies": run.copies,
         "conv_tex": f"{figures['convs_reading_texture']}/{figures['convs']}",
         "error": f"{error:.1e}{'' if error < 2e-4 else ' MISMATCH'}",
+        "tflite_error": "-" if from_tflite is None
+                        else f"{scaled_error(run.outputs, from_tflite):.1e}",
         **{stage: figures.get(f"{stage}_s", 0.0) for stage in STAGES},
     }
 
@@ -77,22 +99,23 @@ def run(names, base: str) -> None:
     print(f"target {base}, limited to {device.name.strip()}'s images; "
           "times in seconds, one build each\n")
     print("| model | TVM's own Adreno build | kernels | launches | images | copies | "
-          "conv data from texture | max error / output scale | " + " | ".join(STAGES) + " |")
-    print("|---" * (8 + len(STAGES)) + "|")
+          "conv data from texture | max error / output scale | against TFLite | "
+          + " | ".join(STAGES) + " |")
+    print("|---" * (9 + len(STAGES)) + "|")
     models = mediapipe_models()
     for name in names or sorted(models):
         try:
             mod = load_tflite(models[name])
         except TexscopeError as err:
             reason = str(err).split(": ", 1)[1]
-            print(f"| {name} | not imported: {reason[:110]} |" + " |" * (7 + len(STAGES)))
+            print(f"| {name} | not imported: {reason[:110]} |" + " |" * (8 + len(STAGES)))
             continue
-        row = texscope_row(mod, target)
+        row = texscope_row(mod, target, models[name])
         # A fresh import: after TVM's pipeline crashed on a module, texscope's
         # stage 1 fails on that same module object (TVM's passes changed it).
         upstream = tvm_own(load_tflite(models[name]), target)
         print(f"| {name} | {upstream} | {row['kernels']} | {row['launches']} | {row['images']} | "
-              f"{row['copies']} | {row['conv_tex']} | {row['error']} | "
+              f"{row['copies']} | {row['conv_tex']} | {row['error']} | {row['tflite_error']} | "
               + " | ".join(f"{row[s]:.1f}" for s in STAGES) + " |", flush=True)
 
 

@@ -35,3 +35,18 @@ def test_opencl_run_refuses_a_replay_of_a_missing_folder(tmp_path):
     assert done.stderr.strip().splitlines()[-1].endswith("no such folder (opencl_run.py --export "
                                                           "writes one)")
     assert not missing.exists()
+
+
+def test_the_real_models_bench_checks_the_texture_build_against_tflite(mediapipe):
+    """The OpenCL outputs against the CPU build of the same module and
+    against TFLite's interpreter: the second checks the import as well."""
+    pytest.importorskip("ai_edge_litert")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "real_models.py"),
+                           "iris_landmark"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600, check=True)
+    header, _, row = [line for line in done.stdout.splitlines() if line.startswith("|")]
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    cells = dict(zip(columns, (cell.strip() for cell in row.strip("|").split("|"))))
+    assert cells["model"] == "iris_landmark" and cells["copies"] == "0"
+    assert float(cells["max error / output scale"]) < 1e-5
+    assert float(cells["against TFLite"]) < 1e-5
