@@ -22,6 +22,7 @@ Run: ``python bench/real_models.py [--target mali-opencl] [model ...]``
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
 import numpy as np
 
@@ -55,16 +56,9 @@ def tvm_own(mod, target) -> str:
 
 def tflite_outputs(path, inputs) -> list | None:
     """What TFLite's interpreter computes (None without ai-edge-litert)."""
-    try:
-        from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
-    except ImportError:
+    if importlib.util.find_spec("ai_edge_litert") is None:
         return None
-    interpreter = Interpreter(model_path=str(path))
-    interpreter.allocate_tensors()
-    for detail, value in zip(interpreter.get_input_details(), inputs):
-        interpreter.set_tensor(detail["index"], np.asarray(value))
-    interpreter.invoke()
-    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+    return verify.tflite_outputs(path, inputs)
 
 
 def scaled_error(outputs, expected) -> float:

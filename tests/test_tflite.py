@@ -79,23 +79,6 @@ def test_a_converter_failing_half_way_is_an_error_naming_the_operator(failing_ha
     assert failed.value.__cause__.__traceback__ is None
 
 
-def _tflite_interpreter_outputs(path, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    interpreter = pytest.importorskip("ai_edge_litert.interpreter").Interpreter(
-        model_path=str(path))
-    interpreter.allocate_tensors()
-    for detail, value in zip(interpreter.get_input_details(), inputs):
-        interpreter.set_tensor(detail["index"], value)
-    interpreter.invoke()
-    return [interpreter.get_tensor(detail["index"])
-            for detail in interpreter.get_output_details()]
-
-
-def _cpu_outputs(mod, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    machine = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
-    outputs = machine["main"](*(tvm.runtime.tensor(value) for value in inputs))
-    return [outputs.numpy()] if hasattr(outputs, "numpy") else [out.numpy() for out in outputs]
-
-
 # Error allowed, as a fraction of each output's largest magnitude.  Both
 # tools sum float32 in their own order: a few ulps of the scale, but for
 # pose_landmark_full, whose segmentation reaches 1315 after its deepest
@@ -108,12 +91,13 @@ SCALE_TOLERANCE_OF = {"pose_landmark_full": 3e-4}
 def _check_import_computes_what_tflite_computes(path):
     """The imported module, compiled for the CPU, against TFLite's own
     interpreter on one input in the [-1, 1] the models' images are scaled to."""
+    pytest.importorskip("ai_edge_litert")
     mod = load_tflite(path)
     rng = np.random.default_rng(0)
     inputs = [rng.uniform(-1, 1, [int(d) for d in param.ty.shape.values]).astype("float32")
               for param in mod["main"].params]
-    expected = _tflite_interpreter_outputs(path, inputs)
-    got = _cpu_outputs(mod, inputs)
+    expected = verify.tflite_outputs(path, inputs)
+    got = verify.reference_outputs(mod, inputs)
     assert len(got) == len(expected)
     tolerance = SCALE_TOLERANCE_OF.get(Path(path).stem, SCALE_TOLERANCE)
     for out, ref in zip(got, expected):
@@ -268,3 +252,10 @@ def test_the_failure_reason_leaves_out_the_file(tmp_path):
         load_tflite(bad)
     assert str(caught.value).startswith(f"{bad}: ")
     assert failure_reason(caught.value) == "not a TFLite flatbuffer (no TFL3 identifier)"
+
+
+def test_comparing_with_tflite_without_its_interpreter_says_what_to_install(monkeypatch, tmp_path):
+    for module in ("ai_edge_litert", "ai_edge_litert.interpreter"):
+        monkeypatch.setitem(sys.modules, module, None)  # importing it fails
+    with pytest.raises(TexscopeError, match="pip install ai-edge-litert"):
+        verify.tflite_outputs(tmp_path / "model.tflite", [])

@@ -302,6 +302,24 @@ def reference_outputs(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.nd
     return _run_on_cpu(relax.transform.DecomposeOpsForInference()(mod), inputs)
 
 
+def tflite_outputs(path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """What TFLite's own interpreter computes from ``inputs`` for the
+    ``.tflite`` file ``path``: the reference an import of it is checked
+    against (needs ``ai-edge-litert``)."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
+    except ImportError as err:
+        raise TexscopeError("comparing with TFLite needs its interpreter: "
+                            "pip install ai-edge-litert") from err
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    for detail, value in zip(interpreter.get_input_details(), inputs):
+        interpreter.set_tensor(detail["index"], np.asarray(value))
+    interpreter.invoke()
+    return [interpreter.get_tensor(detail["index"])
+            for detail in interpreter.get_output_details()]
+
+
 def lifted_inputs(mod: tvm.IRModule, inputs: list[np.ndarray], target) -> list[np.ndarray]:
     """What ``main`` of ``texscope.build(mod, target, lift_weights=True)``
     takes for ``inputs`` of ``mod``'s ``main``: its inputs, then what
