@@ -93,9 +93,7 @@ def _check_import_computes_what_tflite_computes(path):
     interpreter on one input in the [-1, 1] the models' images are scaled to."""
     pytest.importorskip("ai_edge_litert")
     mod = load_tflite(path)
-    rng = np.random.default_rng(0)
-    inputs = [rng.uniform(-1, 1, [int(d) for d in param.ty.shape.values]).astype("float32")
-              for param in mod["main"].params]
+    inputs = verify.random_inputs(mod)
     expected = verify.tflite_outputs(path, inputs)
     got = verify.reference_outputs(mod, inputs)
     assert len(got) == len(expected)
