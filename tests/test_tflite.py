@@ -1,6 +1,7 @@
 """TFLite input: MediaPipe's published models import, or fail naming the operator;
 convs of any layout, channel count and groups pack."""
 
+import importlib.util
 import subprocess
 import sys
 from collections import Counter
@@ -15,7 +16,7 @@ from tvm import relax
 import texscope
 from texscope import opencl
 from texscope.diagnostics import verify
-from texscope.cli import load_model
+from texscope.cli import load_model, main
 from texscope.errors import TexscopeError
 from texscope.ir.graph import relax_bindings
 from texscope.rewrites.broadcast_rank import ExpandBroadcastRank
@@ -257,3 +258,32 @@ def test_comparing_with_tflite_without_its_interpreter_says_what_to_install(monk
         monkeypatch.setitem(sys.modules, module, None)  # importing it fails
     with pytest.raises(TexscopeError, match="pip install ai-edge-litert"):
         verify.tflite_outputs(tmp_path / "model.tflite", [])
+
+
+@pytest.fixture
+def relu_tflite(tmp_path):
+    path = tmp_path / "relu.tflite"
+    path.write_bytes(tiny_tflite.relu())
+    return path
+
+
+def test_the_run_command_compares_a_tflite_model_with_tflites_interpreter(relu_tflite):
+    pytest.importorskip("ai_edge_litert")
+    done = subprocess.run(["texscope", "run", str(relu_tflite)], capture_output=True, text=True,
+                          check=False, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "against the CPU (llvm): max abs error 0, max rel error 0 -> OK" in lines
+    assert "against TFLite's interpreter: max abs error 0, max rel error 0 -> OK" in lines
+    assert done.stderr == ""  # without TFLite's line announcing its CPU delegate
+
+
+def test_without_tflites_interpreter_the_run_says_it_did_not_compare(relu_tflite, monkeypatch,
+                                                                     capsys):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "ai_edge_litert"
+                        else find_spec(name, *rest))
+    assert main(["run", str(relu_tflite)]) == 0
+    assert ("against TFLite's interpreter: not compared (pip install ai-edge-litert)"
+            in capsys.readouterr().out.splitlines())

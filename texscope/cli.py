@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -174,6 +175,25 @@ def _sizes(given: list[str], model) -> dict[str, int]:
     return sizes
 
 
+def _print_check(reference: str, check) -> None:
+    print(f"against {reference}: max abs error {check.max_abs_error:.3g}, "
+          f"max rel error {check.max_rel_error:.3g} -> {'OK' if check.ok else 'MISMATCH'}")
+
+
+def _against_tflite(path: str, outputs, inputs, tolerance: float):
+    """The run's outputs against TFLite's own interpreter on the model file,
+    which checks the import as well (None where ai-edge-litert is missing)."""
+    from .diagnostics import verify
+
+    if importlib.util.find_spec("ai_edge_litert") is None:
+        print("against TFLite's interpreter: not compared (pip install ai-edge-litert)")
+        return None
+    check = verify.compare(outputs, verify.tflite_outputs(path, inputs),
+                           rtol=tolerance, atol=tolerance)
+    _print_check("TFLite's interpreter", check)
+    return check
+
+
 def cmd_run(args) -> int:
     from . import opencl
     from .diagnostics import verify
@@ -203,15 +223,18 @@ def cmd_run(args) -> int:
     print(f"ran on {device.name.strip()} ({device.platform.name.strip()}): "
           f"{len(run.times) - run.copies} kernel launches, {run.copies} copies, "
           f"{run.images} images")
-    print(f"against the CPU (llvm): max abs error {check.max_abs_error:.3g}, "
-          f"max rel error {check.max_rel_error:.3g} -> {'OK' if check.ok else 'MISMATCH'}")
+    _print_check("the CPU (llvm)", check)
+    checks = [check]
+    if Path(args.model).suffix == ".tflite":
+        against = _against_tflite(args.model, run.outputs, inputs, args.tolerance)
+        checks += [against] if against is not None else []
     total = sum(t.seconds for t in run.times)
     print(f"time per command, slowest first (total {total * 1e3:.3f} ms):")
     for timed in run.slowest()[:args.top]:
         print(f"  {timed.seconds * 1e3:9.3f} ms  {timed.binding:<12} {timed.kernel}")
     if len(run.times) > args.top:
         print(f"  ... {len(run.times) - args.top} more (--top N shows more)")
-    return 0 if check.ok else 1
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def cmd_ops(_args) -> None:

@@ -31,14 +31,11 @@ def _tensor(builder, name: str, shape: list[int], dtype: int, buffer: int):
     return Tensor.TensorEnd(builder)
 
 
-def float16_input_dequantized() -> bytes:
-    """``y = DEQUANTIZE(x)`` with ``x`` a float16 model input: TVM 0.27's
-    converter reads a float16 DEQUANTIZE input from the file's buffer, which
-    an input has none of, and raises a TypeError half-way through the
-    conversion."""
+def _one_operator(builtin: int, x_type: int, y_type: int, shape: list[int]) -> bytes:
+    """``y = builtin(x)``, ``x`` the model's input and ``y`` its output."""
     builder = flatbuffers.Builder(256)
-    tensors = [_tensor(builder, "x", [1, 4], tflite.TensorType.FLOAT16, 1),
-               _tensor(builder, "y", [1, 4], tflite.TensorType.FLOAT32, 2)]
+    tensors = [_tensor(builder, "x", shape, x_type, 1),
+               _tensor(builder, "y", shape, y_type, 2)]
     inputs = _vector(builder, Operator.OperatorStartInputsVector, [0], builder.PrependInt32)
     outputs = _vector(builder, Operator.OperatorStartOutputsVector, [1], builder.PrependInt32)
     Operator.OperatorStart(builder)
@@ -62,8 +59,8 @@ def float16_input_dequantized() -> bytes:
     graph = SubGraph.SubGraphEnd(builder)
 
     OperatorCode.OperatorCodeStart(builder)
-    OperatorCode.OperatorCodeAddDeprecatedBuiltinCode(builder, tflite.BuiltinOperator.DEQUANTIZE)
-    OperatorCode.OperatorCodeAddBuiltinCode(builder, tflite.BuiltinOperator.DEQUANTIZE)
+    OperatorCode.OperatorCodeAddDeprecatedBuiltinCode(builder, builtin)
+    OperatorCode.OperatorCodeAddBuiltinCode(builder, builtin)
     OperatorCode.OperatorCodeAddVersion(builder, 1)
     code = OperatorCode.OperatorCodeEnd(builder)
 
@@ -84,3 +81,18 @@ def float16_input_dequantized() -> bytes:
     Model.ModelAddBuffers(builder, buffer_vector)
     builder.Finish(Model.ModelEnd(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+def float16_input_dequantized() -> bytes:
+    """``y = DEQUANTIZE(x)`` with ``x`` a float16 model input: TVM 0.27's
+    converter reads a float16 DEQUANTIZE input from the file's buffer, which
+    an input has none of, and raises a TypeError half-way through the
+    conversion."""
+    return _one_operator(tflite.BuiltinOperator.DEQUANTIZE, tflite.TensorType.FLOAT16,
+                         tflite.TensorType.FLOAT32, [1, 4])
+
+
+def relu() -> bytes:
+    """``y = RELU(x)`` on a float32 NHWC image: a model every tool runs in a second."""
+    return _one_operator(tflite.BuiltinOperator.RELU, tflite.TensorType.FLOAT32,
+                         tflite.TensorType.FLOAT32, [1, 8, 8, 4])

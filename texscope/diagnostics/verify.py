@@ -23,6 +23,7 @@ from ..errors import TexscopeError
 from .numerics import Comparison, compare  # noqa: F401  (verify's API)
 from ..ir.graph import (DPS_OPS, Constant, annotated_functions, dps_inputs, relax_bindings,
                         TO_VDEVICE, inputs_and_weights, static_shape, tensor_types)
+from ..ir.quiet import quiet_native_stderr
 from ..ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope, texture_target
@@ -311,8 +312,10 @@ def tflite_outputs(path, inputs: list[np.ndarray]) -> list[np.ndarray]:
     except ImportError as err:
         raise TexscopeError("comparing with TFLite needs its interpreter: "
                             "pip install ai-edge-litert") from err
-    interpreter = Interpreter(model_path=str(path))
-    interpreter.allocate_tensors()
+    # TFLite's C++ announces its CPU delegate on stderr at every model.
+    with quiet_native_stderr(noise=("Created TensorFlow Lite XNNPACK delegate",)):
+        interpreter = Interpreter(model_path=str(path))
+        interpreter.allocate_tensors()
     for detail, value in zip(interpreter.get_input_details(), inputs):
         interpreter.set_tensor(detail["index"], np.asarray(value))
     interpreter.invoke()
