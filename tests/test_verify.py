@@ -134,6 +134,20 @@ def test_a_nan_in_the_output_is_a_mismatch():
     assert close.ok and 0 < close.max_abs_error < 2e-5
 
 
+def test_a_tolerance_of_the_output_scale_admits_what_float32_reordering_moves():
+    """pose_landmark_full's segmentation reaches 1315 and two float32 builds
+    differ there by 0.14: absolute and relative tolerances call that a
+    mismatch, a fraction of the output's largest magnitude does not; an
+    error over that fraction still is one."""
+    expected = [np.array([1000.0, 0.001], "float32")]
+    moved = [np.array([1000.0, 0.051], "float32")]
+    assert not verify.compare(moved, expected, rtol=1e-3, atol=1e-3).ok
+    scaled = verify.compare(moved, expected, rtol=1e-3, atol=1e-3, of_scale=True)
+    assert scaled.ok and scaled.max_scaled_error == pytest.approx(0.05 / 1000, rel=1e-3)
+    wrong = [np.array([1000.0, 2.001], "float32")]
+    assert not verify.compare(wrong, expected, rtol=1e-3, atol=1e-3, of_scale=True).ok
+
+
 def test_a_kernel_reading_a_buffer_where_it_needs_a_texture_is_a_violation(monkeypatch):
     texture_reader = texscope.OpSupport(
         name="texture_reader", key=registry.PatternKey(registry.PATTERN_INJECTIVE),

@@ -176,7 +176,8 @@ def _sizes(given: list[str], model) -> dict[str, int]:
 
 
 def _print_check(reference: str, check) -> None:
-    print(f"against {reference}: max abs error {check.max_abs_error:.3g}, "
+    print(f"against {reference}: max abs error {check.max_abs_error:.3g} "
+          f"({check.max_scaled_error:.2g} of its output's largest magnitude), "
           f"max rel error {check.max_rel_error:.3g} -> {'OK' if check.ok else 'MISMATCH'}")
 
 
@@ -189,7 +190,7 @@ def _against_tflite(path: str, outputs, inputs, tolerance: float):
         print("against TFLite's interpreter: not compared (pip install ai-edge-litert)")
         return None
     check = verify.compare(outputs, verify.tflite_outputs(path, inputs),
-                           rtol=tolerance, atol=tolerance)
+                           rtol=tolerance, atol=tolerance, of_scale=True)
     _print_check("TFLite's interpreter", check)
     return check
 
@@ -219,7 +220,7 @@ def cmd_run(args) -> int:
     run = opencl.run(result, verify.lifted_inputs(model, inputs, target) if args.lift_weights
                      else inputs, device)
     check = verify.compare(run.outputs, verify.reference_outputs(model, inputs),
-                           rtol=args.tolerance, atol=args.tolerance)
+                           rtol=args.tolerance, atol=args.tolerance, of_scale=True)
     print(f"ran on {device.name.strip()} ({device.platform.name.strip()}): "
           f"{len(run.times) - run.copies} kernel launches, {run.copies} copies, "
           f"{run.images} images")
@@ -299,7 +300,9 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--tolerance", type=float, default=1e-3, help="rtol and atol of the comparison")
+    p.add_argument("--tolerance", type=float, default=1e-3, help="rtol of the comparisons, and atol as a fraction of each output's "
+                        "largest magnitude (float32 sums in another order differ by a "
+                        "fraction of an output's range)")
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="the value of a symbolic input size (R.Tensor((1, 3, 'h', 'w')): "
                         "--size h=224 --size w=224); one build runs at any size")
