@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-import numpy as np
-
 import tvm
 
 import texscope
@@ -61,18 +59,13 @@ def tflite_outputs(path, inputs) -> list | None:
     return verify.tflite_outputs(path, inputs)
 
 
-def scaled_error(outputs, expected) -> float:
-    """The largest error relative to each output's largest magnitude (outputs reach 1315)."""
-    return max(float(np.abs(a - b).max()) / max(float(np.abs(b).max()), 1e-30)
-               for a, b in zip(outputs, expected))
-
-
 def texscope_row(mod, target, path) -> dict:
     result = texscope.build(mod, target)
     figures = result.report.build
     inputs = verify.random_inputs(mod)
     run = opencl.run(result, inputs)
-    error = scaled_error(run.outputs, verify.reference_outputs(mod, inputs))
+    # Error relative to each output's largest magnitude (outputs reach 1315).
+    error = verify.compare(run.outputs, verify.reference_outputs(mod, inputs)).max_scaled_error
     from_tflite = tflite_outputs(path, inputs)
     return {
         "kernels": figures["kernels"],
@@ -82,7 +75,7 @@ def texscope_row(mod, target, path) -> dict:
         "conv_tex": f"{figures['convs_reading_texture']}/{figures['convs']}",
         "error": f"{error:.1e}{'' if error < 2e-4 else ' MISMATCH'}",
         "tflite_error": "-" if from_tflite is None
-                        else f"{scaled_error(run.outputs, from_tflite):.1e}",
+                        else f"{verify.compare(run.outputs, from_tflite).max_scaled_error:.1e}",
         **{stage: figures.get(f"{stage}_s", 0.0) for stage in STAGES},
     }
 

@@ -300,7 +300,8 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--tolerance", type=float, default=1e-3, help="rtol of the comparisons, and atol as a fraction of each output's "
+    p.add_argument("--tolerance", type=float, default=1e-3,
+                   help="rtol of the comparisons, and atol as a fraction of each output's "
                         "largest magnitude (float32 sums in another order differ by a "
                         "fraction of an output's range)")
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
