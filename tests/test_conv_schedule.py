@@ -12,7 +12,7 @@ import texscope
 from conftest import ADRENO, BeforeScheduling
 from modules import texel_cases
 from test_tflite import IMPORTABLE
-from texscope.backend import conv_schedule, schedule
+from texscope.backend import conv_schedule, fallback_schedule, schedule
 from texscope.backend.schedule import EpilogueConv2d
 from texscope.frontend.tflite_model import load_tflite
 from texscope.models import zoo
@@ -43,10 +43,14 @@ def _tvms_schedule(func):
 
 
 def _assert_tvms_schedule(kernels) -> None:
+    """Ours is TVM's, but for the blocks TVM's inlining helper drops, which
+    get the default schedule (see the squeeze and excitation test)."""
     with ADRENO:
         for func in kernels:
             ours = EpilogueConv2d().apply(func, ADRENO, False)
-            tvm.ir.assert_structural_equal(ours.mod, _tvms_schedule(func).mod)
+            tvms = _tvms_schedule(func)
+            fallback_schedule.schedule_dropped_blocks(tvms)
+            tvm.ir.assert_structural_equal(ours.mod, tvms.mod)
 
 
 def _guards(kernels) -> set:
@@ -101,6 +105,31 @@ def test_no_split_of_the_conv_schedule_guards_the_blocks_itself(split_recorder):
     # Four per conv and the default schedule's one per data pad (one of
     # resnet's four, 3364 texels on 256 threads, leaves a remainder).
     assert kernels and len(calls) == 5 * len(kernels) and all(calls)
+
+
+def _blocks_off_threads(func) -> list[str]:
+    sch = s_tir.Schedule(func)
+    return [sch.get(block).name_hint for block in sch.get_child_blocks(sch.get_sblock("root"))
+            if not any(sch.get(loop).thread_binding is not None for loop in sch.get_loops(block))]
+
+
+def test_a_conv_gate_times_a_larger_map_is_scheduled_on_threads():
+    """TVM's rule inlines the conv's epilogue; its helper fails to inline the
+    product with the larger map into the conv's output, then drops that
+    block from those it schedules: a sequential loop writing a texture (an
+    "unknown intrinsic texture2d_load" from the build).  texscope gives it
+    TVM's default schedule, and the kernel computes the CPU's numbers."""
+    from test_opencl_run import assert_close, run_and_compare  # pylint: disable=import-outside-toplevel
+
+    (func,) = _conv_kernels(texel_cases.SqueezeExcitation)
+    with ADRENO:
+        assert _blocks_off_threads(_tvms_schedule(func).mod["main"]) == ["T_multiply"]
+        ours = EpilogueConv2d().apply(func, ADRENO, False).mod["main"]
+    assert _blocks_off_threads(ours) == []
+    _assert_tvms_schedule([func])
+    result, run, expected = run_and_compare(texel_cases.SqueezeExcitation)
+    assert_close(run, expected)
+    assert result.report.build["copies_left"] == 0 and run.images >= 2
 
 
 def test_a_conv_whose_epilogue_reads_its_input_caches_only_the_convs_reads():

@@ -2,11 +2,14 @@
 convs of any layout, channel count and groups pack."""
 
 import importlib.util
+import itertools
+import struct
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tvm
 import tvm_ffi
@@ -29,14 +32,12 @@ IMPORTABLE = [
     "face_detection_full_range_sparse", "face_detection_short_range", "face_landmark",
     "hand_landmark_full", "hand_landmark_lite", "hand_recrop", "iris_landmark",
     "palm_detection_full", "palm_detection_lite", "pose_detection", "pose_landmark_full",
+    "selfie_segmentation", "selfie_segmentation_landscape",
 ]
 # Their weights are sparse float16 tensors that DENSIFY expands.
 SPARSE = ["face_detection_full_range_sparse", "pose_detection"]
 # What TVM 0.27's frontend cannot convert, as texscope names it.
 UNIMPORTABLE = {
-    "selfie_segmentation": "does not convert custom operators: Convolution2DTransposeBias \\(x1\\)$",
-    "selfie_segmentation_landscape":
-        "does not convert custom operators: Convolution2DTransposeBias \\(x1\\)$",
     "face_landmark_with_attention": "does not convert custom operators: Landmarks2TransformMatrix "
         "\\(x3\\), TransformLandmarks \\(x5\\), TransformTensorBilinear \\(x3\\)$",
 }
@@ -51,7 +52,8 @@ def test_a_mediapipe_model_imports_with_its_nhwc_input(mediapipe, name):
     mod = load_model(str(mediapipe[name]))
     (image,) = mod["main"].params
     batch, height, width, channels = (int(d) for d in image.ty.shape.values)
-    assert (batch, channels) == (1, 3) and height == width
+    # Square images but the landscape segmentation's 256 x 144.
+    assert (batch, channels) == (1, 3) and (height == width or (height, width) == (144, 256))
 
 
 @pytest.mark.parametrize("name", sorted(UNIMPORTABLE))
@@ -81,6 +83,70 @@ def test_a_converter_failing_half_way_is_an_error_naming_the_operator(failing_ha
     # frames hold the frontend's half-built module.
     assert isinstance(failed.value.__cause__, TypeError)
     assert failed.value.__cause__.__traceback__ is None
+
+
+def _mediapipe_transpose_conv_bias(image, weights, bias, stride, pad_before, out_size):
+    """MediaPipe's kernel as it is written (transpose_conv_bias.cc): the
+    bias, then each input pixel times the kernel added where it lands."""
+    (stride_h, stride_w), (top, left) = stride, pad_before
+    out = np.broadcast_to(bias, (1, *out_size, bias.size)).copy()
+    _, height, width, _ = image.shape
+    _, kernel_h, kernel_w, _ = weights.shape
+    for in_y, in_x, ky, kx in itertools.product(range(height), range(width), range(kernel_h),
+                                                range(kernel_w)):
+        y, x = in_y * stride_h - top + ky, in_x * stride_w - left + kx
+        if 0 <= y < out_size[0] and 0 <= x < out_size[1]:
+            out[0, y, x] += weights[:, ky, kx, :] @ image[0, in_y, in_x]
+    return out
+
+
+# (height, width, channels in, out, kernel, strides, padding (1 SAME, 2 VALID)),
+# the rows and columns cropped before, the output's size.
+TRANSPOSE_CONVS = [
+    # selfie segmentation's head: an exact 2x upsampling.
+    ((4, 4, 8, 1, (2, 2), (2, 2), 1), (0, 0), (8, 8)),
+    # SAME cropping 2 rows (1 above) and 1 column (none left).
+    ((5, 6, 3, 2, (3, 3), (2, 2), 1), (1, 0), (9, 12)),
+    ((5, 3, 4, 3, (3, 2), (1, 2), 2), (0, 0), (7, 6)),
+]
+
+
+@pytest.mark.parametrize("case, cropped, out_size", TRANSPOSE_CONVS)
+def test_mediapipes_transpose_conv_bias_computes_what_its_kernel_computes(
+        tmp_path, case, cropped, out_size):
+    """MediaPipe's custom operator against its own loops, and against
+    TFLite's interpreter (its XNNPACK delegate implements the operator)."""
+    height, width, channels, out_channels, kernel, strides, padding = case
+    rng = np.random.default_rng(0)
+    weights = rng.uniform(-1, 1, (out_channels, *kernel, channels)).astype("float32")
+    bias = rng.uniform(-1, 1, (out_channels,)).astype("float32")
+    options = struct.pack("<3i", padding, strides[1], strides[0])
+    path = _written(tmp_path, "up.tflite", tiny_tflite.transpose_conv_bias(
+        (height, width), channels, weights, bias, options, [1, *out_size, out_channels]))
+    mod = load_tflite(path)
+    inputs = verify.random_inputs(mod)
+    (out,) = verify.reference_outputs(mod, inputs)
+    expected = _mediapipe_transpose_conv_bias(inputs[0], weights, bias, strides, cropped, out_size)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    if importlib.util.find_spec("ai_edge_litert") is not None:
+        (tflites,) = verify.tflite_outputs(path, inputs)
+        np.testing.assert_allclose(tflites, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options, out_size, named", [
+    (struct.pack("<3i", 0, 2, 2), (8, 8), "padding 0 \\(1 SAME or 2 VALID expected\\)"),
+    (struct.pack("<2i", 1, 2), (8, 8), "expected 12 bytes of options"),
+    (struct.pack("<3i", 1, 2, 2), (9, 9), "output of shape \\(9, 9, 1\\), where the operator "
+     "makes \\(8, 8, 1\\)"),
+])
+def test_a_transpose_conv_bias_the_converter_cannot_read_is_an_error_naming_it(
+        tmp_path, options, out_size, named):
+    weights, bias = np.ones((1, 2, 2, 8), "float32"), np.zeros((1,), "float32")
+    path = _written(tmp_path, "up.tflite", tiny_tflite.transpose_conv_bias(
+        (4, 4), 8, weights, bias, options, [1, *out_size, 1]))
+    with pytest.raises(TexscopeError, match=f"^{path}: TVM's TFLite frontend failed on operator "
+                       f"Convolution2DTransposeBias \\(output y\\): ValueError: {named}"):
+        load_tflite(path)
 
 
 # Error allowed, as a fraction of each output's largest magnitude.  Both
@@ -126,7 +192,7 @@ def test_a_weight_that_operators_share_is_converted_once(mediapipe):
 
 
 @pytest.mark.parametrize("model, named", [
-    ("selfie_segmentation", "Convolution2DTransposeBias"),  # refused before the frontend runs
+    ("face_landmark_with_attention", "TransformTensorBilinear"),  # refused before the frontend runs
     # The frontend fails half-way: its BlockBuilder, freed later, warns from C++.
     ("failing_half_way", "failed on operator DEQUANTIZE"),
 ])
@@ -236,12 +302,13 @@ def test_the_benches_say_why_a_model_is_skipped(mediapipe, bench):
     """A model TVM's frontend cannot read is a row with the reason, not the
     file's path cut short."""
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, str(root / "bench" / bench), "selfie_segmentation"],
+    done = subprocess.run([sys.executable, str(root / "bench" / bench),
+                           "face_landmark_with_attention"],
                           capture_output=True, text=True, check=True, cwd=root)
     (row,) = [line for line in done.stdout.splitlines()
-              if line.startswith("selfie_segmentation")]
+              if line.startswith("face_landmark_with_attention")]
     assert ("skipped: TexscopeError: TVM's TFLite frontend does not convert custom operators: "
-            "Convolution2DTransposeBias (x1)") in row
+            "Landmarks2TransformMatrix (x3)") in row
 
 
 def test_the_failure_reason_leaves_out_the_file(tmp_path):

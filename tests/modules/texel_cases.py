@@ -273,3 +273,20 @@ class PoolOfUnevenTexels:
             y = R.nn.conv2d(p, w2, padding=[1, 1, 1, 1])
             R.output(y)
         return y
+
+
+@I.ir_module
+class SqueezeExcitation:
+    """A gate computed by a conv of a pooled map, times the map: FuseOps
+    fuses the 1 x 1 conv, its bias, its sigmoid and the product with the
+    larger map into one kernel (MediaPipe's selfie segmentation)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 1, 1), "float32"),
+             b: R.Tensor((1, 8, 1, 1), "float32")):
+        with R.dataflow():
+            pooled = R.mean(x, axis=[2, 3], keepdims=True)
+            gate = R.sigmoid(R.add(R.nn.conv2d(pooled, w), b))
+            gv = R.multiply(x, gate)
+            R.output(gv)
+        return gv

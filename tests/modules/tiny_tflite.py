@@ -31,23 +31,35 @@ def _tensor(builder, name: str, shape: list[int], dtype: int, buffer: int):
     return Tensor.TensorEnd(builder)
 
 
-def _one_operator(builtin: int, x_type: int, y_type: int, shape: list[int]) -> bytes:
-    """``y = builtin(x)``, ``x`` the model's input and ``y`` its output."""
-    builder = flatbuffers.Builder(256)
-    tensors = [_tensor(builder, "x", shape, x_type, 1),
-               _tensor(builder, "y", shape, y_type, 2)]
-    inputs = _vector(builder, Operator.OperatorStartInputsVector, [0], builder.PrependInt32)
-    outputs = _vector(builder, Operator.OperatorStartOutputsVector, [1], builder.PrependInt32)
+def _model(code: tuple, tensors: list[tuple], operator_inputs: list[int],
+           constants: dict | None = None, custom_options: bytes | None = None) -> bytes:
+    """One operator: ``code`` (builtin, custom name or None), the tensors as
+    (name, shape, type), the first the model's input and the last its
+    output; ``operator_inputs`` index ``tensors``; ``constants`` maps a
+    tensor's index to the numpy array its buffer holds."""
+    constants = constants or {}
+    builtin, custom = code
+    builder = flatbuffers.Builder(1024)
+    # Buffer 0 is TFLite's empty sentinel; tensor i keeps buffer i + 1.
+    offsets = [_tensor(builder, name, shape, dtype, index + 1)
+               for index, (name, shape, dtype) in enumerate(tensors)]
+    output = len(tensors) - 1
+    inputs = _vector(builder, Operator.OperatorStartInputsVector, operator_inputs,
+                     builder.PrependInt32)
+    outputs = _vector(builder, Operator.OperatorStartOutputsVector, [output], builder.PrependInt32)
+    options = None if custom_options is None else builder.CreateByteVector(custom_options)
     Operator.OperatorStart(builder)
     Operator.OperatorAddOpcodeIndex(builder, 0)
     Operator.OperatorAddInputs(builder, inputs)
     Operator.OperatorAddOutputs(builder, outputs)
+    if options is not None:
+        Operator.OperatorAddCustomOptions(builder, options)
     operator = Operator.OperatorEnd(builder)
 
-    tensor_vector = _vector(builder, SubGraph.SubGraphStartTensorsVector, tensors,
+    tensor_vector = _vector(builder, SubGraph.SubGraphStartTensorsVector, offsets,
                             builder.PrependUOffsetTRelative)
     graph_inputs = _vector(builder, SubGraph.SubGraphStartInputsVector, [0], builder.PrependInt32)
-    graph_outputs = _vector(builder, SubGraph.SubGraphStartOutputsVector, [1],
+    graph_outputs = _vector(builder, SubGraph.SubGraphStartOutputsVector, [output],
                             builder.PrependInt32)
     operators = _vector(builder, SubGraph.SubGraphStartOperatorsVector, [operator],
                         builder.PrependUOffsetTRelative)
@@ -58,19 +70,26 @@ def _one_operator(builtin: int, x_type: int, y_type: int, shape: list[int]) -> b
     SubGraph.SubGraphAddOperators(builder, operators)
     graph = SubGraph.SubGraphEnd(builder)
 
+    custom_name = None if custom is None else builder.CreateString(custom)
     OperatorCode.OperatorCodeStart(builder)
     OperatorCode.OperatorCodeAddDeprecatedBuiltinCode(builder, builtin)
     OperatorCode.OperatorCodeAddBuiltinCode(builder, builtin)
+    if custom_name is not None:
+        OperatorCode.OperatorCodeAddCustomCode(builder, custom_name)
     OperatorCode.OperatorCodeAddVersion(builder, 1)
-    code = OperatorCode.OperatorCodeEnd(builder)
+    operator_code = OperatorCode.OperatorCodeEnd(builder)
 
     buffers = []
-    for _ in range(3):  # buffer 0 is TFLite's empty sentinel; x and y hold no data
+    for index in range(len(tensors) + 1):
+        data = constants.get(index - 1)
+        data = None if data is None else builder.CreateByteVector(data.tobytes())
         Buffer.BufferStart(builder)
+        if data is not None:
+            Buffer.BufferAddData(builder, data)
         buffers.append(Buffer.BufferEnd(builder))
     buffer_vector = _vector(builder, Model.ModelStartBuffersVector, buffers,
                             builder.PrependUOffsetTRelative)
-    codes = _vector(builder, Model.ModelStartOperatorCodesVector, [code],
+    codes = _vector(builder, Model.ModelStartOperatorCodesVector, [operator_code],
                     builder.PrependUOffsetTRelative)
     graphs = _vector(builder, Model.ModelStartSubgraphsVector, [graph],
                      builder.PrependUOffsetTRelative)
@@ -81,6 +100,11 @@ def _one_operator(builtin: int, x_type: int, y_type: int, shape: list[int]) -> b
     Model.ModelAddBuffers(builder, buffer_vector)
     builder.Finish(Model.ModelEnd(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
+
+
+def _one_operator(builtin: int, x_type: int, y_type: int, shape: list[int]) -> bytes:
+    """``y = builtin(x)``, ``x`` the model's input and ``y`` its output."""
+    return _model((builtin, None), [("x", shape, x_type), ("y", shape, y_type)], [0])
 
 
 def float16_input_dequantized() -> bytes:
@@ -96,3 +120,16 @@ def relu() -> bytes:
     """``y = RELU(x)`` on a float32 NHWC image: a model every tool runs in a second."""
     return _one_operator(tflite.BuiltinOperator.RELU, tflite.TensorType.FLOAT32,
                          tflite.TensorType.FLOAT32, [1, 8, 8, 4])
+
+
+def transpose_conv_bias(image: tuple[int, int], channels: int, weights, bias,
+                        options: bytes, out_shape: list[int]) -> bytes:
+    """MediaPipe's custom ``Convolution2DTransposeBias`` of a float32 NHWC
+    ``image`` (height, width) of ``channels``: ``weights`` (OHWI) and
+    ``bias`` float32 arrays stored in the file, ``options`` the operator's
+    raw option bytes, ``out_shape`` the output tensor's declared shape."""
+    float32 = tflite.TensorType.FLOAT32
+    tensors = [("x", [1, *image, channels], float32), ("w", list(weights.shape), float32),
+               ("b", list(bias.shape), float32), ("y", out_shape, float32)]
+    return _model((tflite.BuiltinOperator.CUSTOM, "Convolution2DTransposeBias"), tensors,
+                  [0, 1, 2], {1: weights, 2: bias}, custom_options=options)

@@ -27,7 +27,7 @@ from tvm.s_tir.dlight import analysis
 from tvm.s_tir.dlight.adreno.utils import schedule_inline_blocks
 
 from .cache_bounds import compute_at_bounded, reverse_compute_at_bounded
-from .fallback_schedule import schedule_default
+from .fallback_schedule import schedule_default, schedule_dropped_blocks
 from .guards import append_guards, split_unguarded, substituted
 
 # The block name TVM's Adreno Conv2d rule schedules (its legalization's).
@@ -85,4 +85,5 @@ def schedule_packed_conv(sch: s_tir.Schedule) -> s_tir.Schedule | None:
     schedule_conv_block(sch, reductions[0])
     for other in schedule_inline_blocks(sch, [b for b in blocks if b not in reductions]):
         schedule_default(sch, other)
+    schedule_dropped_blocks(sch)
     return sch

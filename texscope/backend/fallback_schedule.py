@@ -71,6 +71,24 @@ def schedule_fallback(sch: s_tir.Schedule) -> None:
         schedule_default(sch, block)
     for block in Fallback.schedule_inline_blocks(sch, [b for b in blocks if b not in first]):
         schedule_default(sch, block)
+    schedule_dropped_blocks(sch)
+
+
+def schedule_dropped_blocks(sch: s_tir.Schedule) -> None:
+    """:func:`schedule_default` for each block under the root that no loop
+    bound to threads holds.
+
+    TVM's ``Fallback.schedule_inline_blocks`` stops at the first block it
+    fails to inline into its one producer and leaves that block, and the
+    ones after it, out of the blocks it returns to be scheduled: an
+    element-wise block larger than the reduction it reads (a squeeze and
+    excitation's gate times its feature map, after a conv) stayed a
+    sequential loop writing a texture, which no GPU kernel can be.  Where
+    the helper drops nothing there is no such block.
+    """
+    for block in sch.get_child_blocks(analysis.get_root_block(sch)):
+        if not any(sch.get(loop).thread_binding is not None for loop in sch.get_loops(block)):
+            schedule_default(sch, block)
 
 
 def schedule_gpu_fallback(sch: s_tir.Schedule, threads: int) -> s_tir.Schedule | None:

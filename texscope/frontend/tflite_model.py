@@ -4,8 +4,10 @@ TVM's frontend reports what it cannot read as a bare ``NotImplementedError``
 ("Custom operators are currently not supported") or as an exception from deep
 inside a converter, naming neither the file nor the operator.
 :func:`load_tflite` reads the model's operator list itself, so the error it
-raises names both: the custom operators (``Convolution2DTransposeBias``...)
+raises names both: the custom operators (``Landmarks2TransformMatrix``...)
 before the frontend is called, or the operator whose converter failed.
+MediaPipe's ``Convolution2DTransposeBias`` (selfie segmentation) is
+converted by :mod:`texscope.frontend.mediapipe_ops`.
 
 Sparse models store float16 weights sparse, ``DENSIFY`` then ``DEQUANTIZE``
 (to float32) each before its conv.  TVM 0.27's frontend densifies the weight
@@ -29,11 +31,12 @@ from tvm import relax
 from ..errors import TexscopeError
 from ..ir.quiet import quiet_native_stderr
 from ..ir.rebuild import bound_call, rewrite_bindings
+from .mediapipe_ops import TRANSPOSE_CONV_BIAS, transpose_conv_bias
 
 # A TFLite flatbuffer carries this file identifier at bytes 4..8.
 _IDENTIFIER = b"TFL3"
 # TFLite's own name for custom operators the frontend does convert.
-_CONVERTED_CUSTOM = {b"TFLite_Detection_PostProcess"}
+_CONVERTED_CUSTOM = {b"TFLite_Detection_PostProcess", TRANSPOSE_CONV_BIAS}
 
 
 def _tflite_package():
@@ -48,12 +51,22 @@ def _tflite_package():
 @functools.cache
 def _converter_class():
     """TVM's TFLite operator converter, its ``DEQUANTIZE`` taking a
-    densified float16 weight (built on first use: the frontend needs the
-    tflite package)."""
+    densified float16 weight, and converting MediaPipe's custom
+    ``Convolution2DTransposeBias`` (built on first use: the frontend needs
+    the tflite package)."""
     from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
     from tflite.TensorType import TensorType
 
     class _Converter(OperatorConverter):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.convert_map[TRANSPOSE_CONV_BIAS.decode()] = functools.partial(
+                transpose_conv_bias, self)
+
+        def get_op_code_str(self, op):
+            custom = self.model.OperatorCodes(op.OpcodeIndex()).CustomCode()
+            return custom.decode() if custom == TRANSPOSE_CONV_BIAS else super().get_op_code_str(op)
+
         def convert_dequantize(self, op):
             (weight,) = self.get_input_tensors(op)
             if weight.tensor.Type() != TensorType.FLOAT16 or not self.is_prefetched(
