@@ -17,7 +17,10 @@ replacement; a block left to TVM's default schedule (a data pad) gets
 kernel is the one TVM's rule makes (the tests compare them on every conv
 kernel of the zoo and of the MediaPipe models), but where an epilogue also
 reads the conv's input: there TVM's rule fails, and here the register cache
-serves the conv alone.
+serves the conv alone; and where an epilogue block writes more than the conv
+(a gate times a feature map), which TVM's rule leaves off the GPU threads and
+this schedule gives the default schedule
+(:func:`texscope.backend.fallback_schedule.schedule_dropped_blocks`).
 """
 
 from __future__ import annotations

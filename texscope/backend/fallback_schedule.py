@@ -71,7 +71,6 @@ def schedule_fallback(sch: s_tir.Schedule) -> None:
         schedule_default(sch, block)
     for block in Fallback.schedule_inline_blocks(sch, [b for b in blocks if b not in first]):
         schedule_default(sch, block)
-    schedule_dropped_blocks(sch)
 
 
 def schedule_dropped_blocks(sch: s_tir.Schedule) -> None:
@@ -84,7 +83,9 @@ def schedule_dropped_blocks(sch: s_tir.Schedule) -> None:
     element-wise block larger than the reduction it reads (a squeeze and
     excitation's gate times its feature map, after a conv) stayed a
     sequential loop writing a texture, which no GPU kernel can be.  Where
-    the helper drops nothing there is no such block.
+    the helper drops nothing there is no such block.  (The packed conv's
+    schedule calls it; in texscope's fallback, kernels of that shape go to
+    :class:`texscope.backend.schedule.TexelWriter` first.)
     """
     for block in sch.get_child_blocks(analysis.get_root_block(sch)):
         if not any(sch.get(loop).thread_binding is not None for loop in sch.get_loops(block)):
