@@ -52,6 +52,22 @@ def _conv_inputs(mod):
     return found
 
 
+def test_a_transpose_whose_kernel_is_its_stride_becomes_a_1x1_conv_then_depth_to_space():
+    out = run_pass(DecomposeForGPU(), decomposed.TransposeBlocks)
+    tvm.ir.assert_structural_equal(out, decomposed.TransposeBlocksDecomposed)
+    check = verify.equivalent(decomposed.TransposeBlocks, out, rtol=1e-5, atol=1e-5)
+    assert check.ok, check
+
+
+def test_a_transpose_whose_kernel_is_its_stride_reads_a_texture_and_matches_the_cpu():
+    inputs = verify.random_inputs(decomposed.TransposeBlocks)
+    result, outputs = _run(decomposed.TransposeBlocks, inputs)
+    assert result.report.build["convs_reading_texture"] == 1
+    check = verify.compare(outputs, verify.reference_outputs(decomposed.TransposeBlocks, inputs),
+                           rtol=1e-5, atol=1e-5)
+    assert check.ok, check
+
+
 def test_a_conv2d_transpose_becomes_a_conv_of_its_zero_inserted_data():
     out = run_pass(DecomposeForGPU(), decomposed.TransposeOIHW)
     (conv,) = _conv_inputs(out)

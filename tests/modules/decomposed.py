@@ -136,3 +136,31 @@ class TransposeGroupedDecomposed:
             o = R.nn.conv2d(lv3, lv8, padding=2, groups=4)
             R.output(o)
         return o
+
+
+@I.ir_module
+class TransposeBlocks:
+    """A kernel as large as its strides, 2 x 3, unpadded: each input pixel
+    writes its own block of the output (selfie segmentation's head: 2 x 2)."""
+
+    @R.function
+    def main(x: R.Tensor((1, 8, 6, 5), "float32"), w: R.Tensor((8, 3, 2, 3), "float32")):
+        with R.dataflow():
+            o = R.nn.conv2d_transpose(x, w, strides=[2, 3])
+            R.output(o)
+        return o
+
+
+@I.ir_module
+class TransposeBlocksDecomposed:
+    @R.function
+    def main(x: R.Tensor((1, 8, 6, 5), "float32"), w: R.Tensor((8, 3, 2, 3), "float32")):
+        with R.dataflow():
+            lv = R.permute_dims(w, axes=[1, 2, 3, 0])
+            lv1 = R.reshape(lv, R.shape([18, 8, 1, 1]))
+            lv2 = R.nn.conv2d(x, lv1)
+            lv3 = R.reshape(lv2, R.shape([1, 3, 2, 3, 6, 5]))
+            lv4 = R.permute_dims(lv3, axes=[0, 1, 4, 2, 5, 3])
+            o = R.reshape(lv4, R.shape([1, 3, 12, 15]))
+            R.output(o)
+        return o
