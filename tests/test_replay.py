@@ -117,6 +117,26 @@ def test_replay_reports_a_mismatch_with_exit_status_1(conflict, tmp_path):
     assert done.returncode == 1 and "-> MISMATCH" in done.stdout
 
 
+def test_replay_compares_within_the_tolerance_of_each_outputs_largest_magnitude(conflict,
+                                                                                tmp_path):
+    """As ``texscope run``: the third output reaches 7, and a shift of half
+    the tolerance of that (3.5e-3) is admitted, although it is more than
+    the tolerance itself wherever the output is below 2.5; twice the
+    tolerance of that is not."""
+    conflict.result.export(tmp_path / "out")
+    np.savez(tmp_path / "inputs.npz", *conflict.inputs)
+    reference = verify.reference_outputs(conflict.mod, conflict.inputs)
+    assert 5 < float(np.abs(reference[2]).max()) and (np.abs(reference[2]) < 2.5).any()
+    for shift, verdict in ((0.5, "OK"), (2.0, "MISMATCH")):
+        shifted = [o + shift * 1e-3 * float(np.abs(o).max()) for o in reference]
+        np.savez(tmp_path / "expected.npz", *shifted)
+        done = replay_without_tvm(tmp_path / "out", "--inputs", tmp_path / "inputs.npz",
+                                  "--expected", tmp_path / "expected.npz")
+        assert done.returncode == (0 if verdict == "OK" else 1), done.stderr
+        (line,) = [x for x in done.stdout.splitlines() if x.startswith("against")]
+        assert line.endswith(f"-> {verdict}") and "of its output's largest magnitude" in line
+
+
 def _plan_dir(conflict, tmp_path, edit):
     out = tmp_path / "plan"
     out.mkdir()

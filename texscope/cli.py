@@ -175,12 +175,6 @@ def _sizes(given: list[str], model) -> dict[str, int]:
     return sizes
 
 
-def _print_check(reference: str, check) -> None:
-    print(f"against {reference}: max abs error {check.max_abs_error:.3g} "
-          f"({check.max_scaled_error:.2g} of its output's largest magnitude), "
-          f"max rel error {check.max_rel_error:.3g} -> {'OK' if check.ok else 'MISMATCH'}")
-
-
 def _against_tflite(path: str, outputs, inputs, tolerance: float):
     """The run's outputs against TFLite's own interpreter on the model file,
     which checks the import as well (None where ai-edge-litert is missing)."""
@@ -191,7 +185,7 @@ def _against_tflite(path: str, outputs, inputs, tolerance: float):
         return None
     check = verify.compare(outputs, verify.tflite_outputs(path, inputs),
                            rtol=tolerance, atol=tolerance, of_scale=True)
-    _print_check("TFLite's interpreter", check)
+    print(check.line("TFLite's interpreter"))
     return check
 
 
@@ -224,7 +218,7 @@ def cmd_run(args) -> int:
     print(f"ran on {device.name.strip()} ({device.platform.name.strip()}): "
           f"{len(run.times) - run.copies} kernel launches, {run.copies} copies, "
           f"{run.images} images")
-    _print_check("the CPU (llvm)", check)
+    print(check.line("the CPU (llvm)"))
     checks = [check]
     if Path(args.model).suffix == ".tflite":
         against = _against_tflite(args.model, run.outputs, inputs, args.tolerance)

@@ -20,6 +20,12 @@ class Comparison:
     #: The largest error over its output's largest magnitude.
     max_scaled_error: float = float("inf")
 
+    def line(self, reference: str) -> str:
+        """What the commands print of it: ``against <reference>: ...``."""
+        return (f"against {reference}: max abs error {self.max_abs_error:.3g} "
+                f"({self.max_scaled_error:.2g} of its output's largest magnitude), "
+                f"max rel error {self.max_rel_error:.3g} -> {'OK' if self.ok else 'MISMATCH'}")
+
 
 def compare(actual, expected, rtol: float = 1e-4, atol: float = 1e-4,
             of_scale: bool = False) -> Comparison:

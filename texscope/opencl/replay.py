@@ -214,7 +214,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "(default: uniform random, --seed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--expected", help=".npz of reference outputs to compare with")
-    p.add_argument("--tolerance", type=float, default=1e-3, help="rtol and atol (1e-3)")
+    p.add_argument("--tolerance", type=float, default=1e-3,
+                   help="rtol, and atol as a fraction of each output's largest magnitude, "
+                        "as texscope run compares (1e-3)")
     p.add_argument("--save-outputs", metavar="NPZ", help="write the outputs here")
     p.add_argument("--times", metavar="JSON", help="write per-command times here")
     p.add_argument("--repeat", type=int, default=1, help="runs; times are medians")
@@ -255,9 +257,8 @@ def _main(args) -> int:
           f"{run.launches} kernel launches, {run.copies} copies, {run.images} images")
     status = 0
     if expected is not None:
-        check = compare(run.outputs, expected, args.tolerance, args.tolerance)
-        print(f"against {args.expected}: max abs error {check.max_abs_error:.3g}, max rel error "
-              f"{check.max_rel_error:.3g} -> {'OK' if check.ok else 'MISMATCH'}")
+        check = compare(run.outputs, expected, args.tolerance, args.tolerance, of_scale=True)
+        print(check.line(args.expected))
         status = 0 if check.ok else 1
     total = sum(t.seconds for t in times)
     label = f"median of {len(runs)}" if len(runs) > 1 else "one run"
