@@ -3,8 +3,7 @@
 Operators TVM cannot build for a GPU are rewritten into ones it can
 (:mod:`texscope.rewrites.decompose`: ``ewise_fma``, ``conv2d_transpose`` as a conv);
 clips become a maximum and a minimum, which follow packed layouts
-(:mod:`texscope.rewrites.clip_bounds`), and means over an image's rows and
-columns global average pools (:mod:`texscope.rewrites.mean_as_pool`);
+(:mod:`texscope.rewrites.clip_bounds`);
 convs whose channel counts are not multiples of 4 get zero channels
 (:mod:`texscope.rewrites.pad_channels`), and the operands of broadcasting binary
 operators equal ranks (:mod:`texscope.rewrites.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
@@ -29,7 +28,6 @@ from tvm import relax
 from .knowledge import registry
 from .rewrites.broadcast_rank import ExpandBroadcastRank
 from .rewrites.clip_bounds import ClipAsMaxMin
-from .rewrites.mean_as_pool import MeanAsPool
 from .rewrites.decompose import DecomposeForGPU
 from .errors import TexscopeError
 from .rewrites.fold_constants import fold_constants
@@ -183,7 +181,6 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
                 relax.transform.DecomposeOpsForInference(),
                 DecomposeForGPU(),
                 ClipAsMaxMin(),
-                MeanAsPool(),
                 PadChannels(),
                 ExpandBroadcastRank(),
             ])(mod)
