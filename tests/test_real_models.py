@@ -19,6 +19,7 @@ import tvm
 from tvm import relax
 
 import texscope
+from texscope.knowledge.targets import is_texture_scope
 from texscope import opencl
 from texscope.knowledge import registry
 from texscope.diagnostics import verify
@@ -74,12 +75,32 @@ def test_every_operator_of_every_importable_model_has_a_registry_entry(mediapipe
             "relax.matmul", "relax.sigmoid", "relax.astype", "relax.concat"} <= used
 
 
+def _convs_reading_means(report) -> int:
+    """Convs whose data is in a buffer, each because a mean made it or reads
+    it too (selfie_segmentation_landscape's squeezes: TVM's GPU reductions,
+    buffers in and out, faster than a global average pool of texels).  Any
+    other conv must read a texture."""
+    tensors = {(row.function, row.index): row for row in report.tensors}
+    made_by, read_by = {}, {}
+    for edge in report.edges:
+        made_by[edge.function, edge.target] = edge.kernel
+        read_by.setdefault((edge.function, edge.source), set()).add(edge.kernel)
+    fed = [(edge.function, edge.source) for edge in report.edges if "conv2d" in edge.kernel
+           and tensors[edge.function, edge.source].origin == "call"
+           and not is_texture_scope(tensors[edge.function, edge.source].scope)]
+    for data in fed:
+        assert made_by[data] == "mean" or "mean" in read_by[data], tensors[data]
+    return len(fed)
+
+
 @pytest.mark.parametrize("name, target", _cases(FAST))
 def test_a_model_packs_every_conv_builds_runs_and_matches_the_cpu(mediapipe, name, target):
     mod = load_tflite(mediapipe[name])
     result = texscope.build(mod, opencl.device_target(None, target))
     figures = result.report.build
-    assert figures["convs"] > 0 and figures["convs_reading_texture"] == figures["convs"]
+    buffer_fed = _convs_reading_means(result.report)
+    assert figures["convs"] > 0
+    assert figures["convs_reading_texture"] == figures["convs"] - buffer_fed
     assert figures["copies_left"] == 0
     inputs = verify.random_inputs(mod)
     run = opencl.run(result, inputs)
