@@ -133,15 +133,18 @@ def test_mediapipes_transpose_conv_bias_computes_what_its_kernel_computes(
         np.testing.assert_allclose(tflites, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("options, out_size, named", [
-    (struct.pack("<3i", 0, 2, 2), (8, 8), "padding 0 \\(1 SAME or 2 VALID expected\\)"),
-    (struct.pack("<2i", 1, 2), (8, 8), "expected 12 bytes of options"),
-    (struct.pack("<3i", 1, 2, 2), (9, 9), "output of shape \\(9, 9, 1\\), where the operator "
-     "makes \\(8, 8, 1\\)"),
+@pytest.mark.parametrize("options, out_size, dtype, named", [
+    (struct.pack("<3i", 0, 2, 2), (8, 8), "float32",
+     "padding 0 \\(1 SAME or 2 VALID expected\\)"),
+    (struct.pack("<2i", 1, 2), (8, 8), "float32", "expected 12 bytes of options"),
+    (struct.pack("<3i", 1, 2, 2), (9, 9), "float32",
+     "output of shape \\(9, 9, 1\\), where the operator makes \\(8, 8, 1\\)"),
+    (struct.pack("<3i", 1, 2, 2), (8, 8), "float16",
+     "MediaPipe's kernel is float32 only, found \\['float16', 'float32'\\]"),
 ])
 def test_a_transpose_conv_bias_the_converter_cannot_read_is_an_error_naming_it(
-        tmp_path, options, out_size, named):
-    weights, bias = np.ones((1, 2, 2, 8), "float32"), np.zeros((1,), "float32")
+        tmp_path, options, out_size, dtype, named):
+    weights, bias = np.ones((1, 2, 2, 8), dtype), np.zeros((1,), dtype)
     path = _written(tmp_path, "up.tflite", tiny_tflite.transpose_conv_bias(
         (4, 4), 8, weights, bias, options, [1, *out_size, 1]))
     with pytest.raises(TexscopeError, match=f"^{path}: TVM's TFLite frontend failed on operator "

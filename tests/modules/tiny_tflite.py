@@ -126,10 +126,12 @@ def transpose_conv_bias(image: tuple[int, int], channels: int, weights, bias,
                         options: bytes, out_shape: list[int]) -> bytes:
     """MediaPipe's custom ``Convolution2DTransposeBias`` of a float32 NHWC
     ``image`` (height, width) of ``channels``: ``weights`` (OHWI) and
-    ``bias`` float32 arrays stored in the file, ``options`` the operator's
+    ``bias`` arrays (float32 or float16) stored in the file, ``options`` the operator's
     raw option bytes, ``out_shape`` the output tensor's declared shape."""
     float32 = tflite.TensorType.FLOAT32
-    tensors = [("x", [1, *image, channels], float32), ("w", list(weights.shape), float32),
-               ("b", list(bias.shape), float32), ("y", out_shape, float32)]
+    stored = {"float32": float32, "float16": tflite.TensorType.FLOAT16}
+    tensors = [("x", [1, *image, channels], float32),
+               ("w", list(weights.shape), stored[str(weights.dtype)]),
+               ("b", list(bias.shape), stored[str(bias.dtype)]), ("y", out_shape, float32)]
     return _model((tflite.BuiltinOperator.CUSTOM, "Convolution2DTransposeBias"), tensors,
                   [0, 1, 2], {1: weights, 2: bias}, custom_options=options)
