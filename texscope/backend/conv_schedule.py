@@ -20,17 +20,16 @@ reads the conv's input: there TVM's rule fails, and here the register cache
 serves the conv alone; and where an epilogue block writes more than the conv
 (a gate times a feature map), which TVM's rule leaves off the GPU threads and
 this schedule gives the default schedule
-(:func:`texscope.backend.fallback_schedule.schedule_dropped_blocks`).
+(:func:`texscope.backend.fallback_schedule.inline_blocks`).
 """
 
 from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import analysis
-from tvm.s_tir.dlight.adreno.utils import schedule_inline_blocks
 
 from .cache_bounds import compute_at_bounded, reverse_compute_at_bounded
-from .fallback_schedule import schedule_default, schedule_dropped_blocks
+from .fallback_schedule import inline_blocks, schedule_default
 from .guards import append_guards, split_unguarded, substituted
 
 # The block name TVM's Adreno Conv2d rule schedules (its legalization's).
@@ -86,7 +85,6 @@ def schedule_packed_conv(sch: s_tir.Schedule) -> s_tir.Schedule | None:
     if len(reductions) != 1 or CONV_BLOCK not in sch.get(reductions[0]).name_hint:
         return None
     schedule_conv_block(sch, reductions[0])
-    for other in schedule_inline_blocks(sch, [b for b in blocks if b not in reductions]):
+    for other in inline_blocks(sch, [b for b in blocks if b not in reductions]):
         schedule_default(sch, other)
-    schedule_dropped_blocks(sch)
     return sch

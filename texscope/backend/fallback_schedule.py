@@ -17,6 +17,7 @@ compare them on every kernel of the zoo (and of the MediaPipe models, under
 
 from __future__ import annotations
 
+import tvm
 from tvm import s_tir
 from tvm.s_tir.dlight import analysis
 from tvm.s_tir.dlight.adreno.fallback import Fallback, get_max_threads_per_block
@@ -73,23 +74,40 @@ def schedule_fallback(sch: s_tir.Schedule) -> None:
         schedule_default(sch, block)
 
 
-def schedule_dropped_blocks(sch: s_tir.Schedule) -> None:
-    """:func:`schedule_default` for each block under the root that no loop
-    bound to threads holds.
+def inline_blocks(sch: s_tir.Schedule, blocks: list) -> list:
+    """TVM's ``Fallback.schedule_inline_blocks`` without its early stop:
+    the blocks left to schedule.
 
-    TVM's ``Fallback.schedule_inline_blocks`` stops at the first block it
-    fails to inline into its one producer and leaves that block, and the
-    ones after it, out of the blocks it returns to be scheduled: an
-    element-wise block larger than the reduction it reads (a squeeze and
-    excitation's gate times its feature map, after a conv) stayed a
-    sequential loop writing a texture, which no GPU kernel can be.  Where
-    the helper drops nothing there is no such block.  (The packed conv's
-    schedule calls it; in texscope's fallback, kernels of that shape go to
-    :class:`texscope.backend.schedule.TexelWriter` first.)
+    TVM's helper reverse-inlines a block into its one producer in a loop
+    whose next test asks for the producers of the block just inlined away;
+    the error that raises, or a failed inlining, ends the walk over the
+    blocks, and those after it are neither inlined nor returned.  A failed
+    one is left out too: an element-wise block larger than the reduction it
+    reads (a squeeze and excitation's gate times its feature map, after a
+    conv) stayed a sequential loop writing a texture, which no GPU kernel
+    can be.  Here such a block stays to be scheduled, and the walk goes on.
     """
-    for block in sch.get_child_blocks(analysis.get_root_block(sch)):
-        if not any(sch.get(loop).thread_binding is not None for loop in sch.get_loops(block)):
-            schedule_default(sch, block)
+    remaining = []
+    for block in blocks:
+        info = analysis.get_sblock_info(sch, block)
+        producers = sch.get_producers(block)
+        if not info.is_injective() or info.is_data_pad(sch):
+            remaining.append(block)
+        elif len(sch.get_consumers(block)) == 1:
+            try:
+                sch.compute_inline(block)
+            except s_tir.ScheduleError:
+                remaining.append(block)
+        elif len(producers) == 1 and len(sch.get_consumers(producers[0])) == 1:
+            try:
+                sch.reverse_compute_inline(block)
+            # A block larger than its producer fails TVM 0.27's check of the
+            # inlining as an internal error, not a ScheduleError.
+            except (s_tir.ScheduleError, tvm.error.InternalError):
+                remaining.append(block)
+        else:
+            remaining.append(block)
+    return remaining
 
 
 def schedule_gpu_fallback(sch: s_tir.Schedule, threads: int) -> s_tir.Schedule | None:
