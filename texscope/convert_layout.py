@@ -3,7 +3,9 @@
 Operators TVM cannot build for a GPU are rewritten into ones it can
 (:mod:`texscope.rewrites.decompose`: ``ewise_fma``, ``conv2d_transpose`` as a conv);
 clips become a maximum and a minimum, which follow packed layouts
-(:mod:`texscope.rewrites.clip_bounds`);
+(:mod:`texscope.rewrites.clip_bounds`), and a global average pool over a
+large map a pool of its rows then one of their means
+(:mod:`texscope.rewrites.global_pool`);
 convs whose channel counts are not multiples of 4 get zero channels
 (:mod:`texscope.rewrites.pad_channels`), and the operands of broadcasting binary
 operators equal ranks (:mod:`texscope.rewrites.broadcast_rank`); ConvertLayout then packs activations as NCHW4c
@@ -28,6 +30,7 @@ from tvm import relax
 from .knowledge import registry
 from .rewrites.broadcast_rank import ExpandBroadcastRank
 from .rewrites.clip_bounds import ClipAsMaxMin
+from .rewrites.global_pool import SplitGlobalPools
 from .rewrites.decompose import DecomposeForGPU
 from .errors import TexscopeError
 from .rewrites.fold_constants import fold_constants
@@ -181,6 +184,7 @@ def ConvertToPackedLayout(target) -> tvm.ir.transform.Pass:  # pylint: disable=i
                 relax.transform.DecomposeOpsForInference(),
                 DecomposeForGPU(),
                 ClipAsMaxMin(),
+                SplitGlobalPools(),
                 PadChannels(),
                 ExpandBroadcastRank(),
             ])(mod)
