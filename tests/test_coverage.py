@@ -48,7 +48,9 @@ CASES = {
     "split": (lambda c: O.split(c, 2, axis=1)[0], [], "split", "injective", "texture"),
     "max_pool2d": (lambda c: O.nn.max_pool2d(c, 3, 1, 1), [], "max_pool2d", "pool", "texture"),
     "avg_pool2d": (lambda c: O.nn.avg_pool2d(c, 3, 1, 1), [], "avg_pool2d", "pool", "texture"),
-    "adaptive_avg_pool2d": (lambda c: O.nn.adaptive_avg_pool2d(c, (1, 1)), [], "adaptive_avg_pool2d",
+    # To 2 x 2: to 1 x 1, the 16 x 16 map is pooled by rows then columns
+    # (test_global_pool.py).
+    "adaptive_avg_pool2d": (lambda c: O.nn.adaptive_avg_pool2d(c, (2, 2)), [], "adaptive_avg_pool2d",
                             "pool", "texture"),
 }
 

@@ -80,14 +80,14 @@ def test_dump_stages_writes_each_stage(tmp_path):
         texscope.texture_scope_pipeline(ADRENO)(rules.ConvRelu)
     names = sorted(p.name for p in tmp_path.iterdir())
     # Nested passes come before the pass that runs them.
-    assert names == ["01_DecomposeForGPU.py", "02_ClipAsMaxMin.py", "03_PadChannels.py",
-                     "04_ExpandBroadcastRank.py", "05_ConvertLayoutByRules.py",
-                     "06_PadWholeTexels.py", "07_FoldConstantsIfAny.py",
-                     "08_LegalizeKeepingAttrs.py", "09_ConvertToPackedLayout.py",
-                     "10_LegalizeKeepingAttrs.py", "11_DefineVDevice.py",
-                     "12_FoldTextureCopies.py", "13_Cleanup.py",
-                     "14_AnnotateTextureScope.py", "15_texture_scope_pipeline.py"]
-    defined = (tmp_path / "11_DefineVDevice.py").read_text()
+    assert names == ["01_DecomposeForGPU.py", "02_ClipAsMaxMin.py", "03_SplitGlobalPools.py",
+                     "04_PadChannels.py", "05_ExpandBroadcastRank.py",
+                     "06_ConvertLayoutByRules.py", "07_PadWholeTexels.py",
+                     "08_FoldConstantsIfAny.py", "09_LegalizeKeepingAttrs.py",
+                     "10_ConvertToPackedLayout.py", "11_LegalizeKeepingAttrs.py",
+                     "12_DefineVDevice.py", "13_FoldTextureCopies.py", "14_Cleanup.py",
+                     "15_AnnotateTextureScope.py", "16_texture_scope_pipeline.py"]
+    defined = (tmp_path / "12_DefineVDevice.py").read_text()
     assert "global.texture" in defined and "R.hint_on_device" not in defined
 
 
