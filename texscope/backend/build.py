@@ -32,6 +32,7 @@ from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from ..rewrites.lift_weights import LiftWeightTransforms, require_declared_weights
 from .heap import collector_paused, keep_freed_memory
 from .lowering import adreno_tir_pipeline
+from . import opencl_intrinsics  # noqa: F401  (registers TVM's missing OpenCL math names)
 from .parallel import build_jobs, jobs_limit, per_chunk
 from .memory import MemoryCapture, device_memory
 from ..frontend.naming import ConvertKeepingNames
