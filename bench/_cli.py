@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from pathlib import Path
 
 
 def refuse_unknown(parser: argparse.ArgumentParser, names: Iterable[str],
@@ -15,6 +16,13 @@ def refuse_unknown(parser: argparse.ArgumentParser, names: Iterable[str],
     unknown = [name for name in names if name not in known]
     if unknown:
         parser.error(f"unknown {what} {unknown[0]!r}; choose from {', '.join(known)}")
+
+
+def model_files(names: Iterable[str]) -> dict[str, str]:
+    """The names that are paths of ``.tflite`` files (a model of one's own),
+    by their file's stem."""
+    return {Path(name).stem: name for name in names
+            if name.endswith(".tflite") and Path(name).is_file()}
 
 
 def zoo_networks(doc: str, default: tuple[str, ...]) -> list[str]:

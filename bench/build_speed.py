@@ -26,7 +26,8 @@ texscope's build keeps freed blocks in the heap (``texscope.backend.heap``),
 which speeds up TVM's generic build too once the warm-up has set it.
 
 Run: ``python bench/build_speed.py [--repeat N] [--jobs N] [--profile]
-[--no-memory] [--save FILE] [--before FILE] [model ...]`` (``--profile``
+[--no-memory] [--save FILE] [--before FILE] [model ...]`` (a model: a zoo
+network, a corpus model's name, or the path of a ``.tflite`` file) (``--profile``
 prints texscope's time per pass for each model, from the median of
 ``--repeat`` more builds on one thread, and the least ratio its threads
 could reach: the time outside the passes that run on threads, plus theirs
@@ -50,7 +51,7 @@ import tvm
 import texscope
 from texscope.models import corpus, zoo
 from texscope.frontend.tflite_model import failure_reason, load_tflite
-from _cli import refuse_unknown
+from _cli import model_files, refuse_unknown
 try:
     from texscope.backend.memory import MemoryCapture, device_memory
     from texscope.diagnostics.pass_timing import render
@@ -75,6 +76,8 @@ def models(names: list[str]) -> dict[str, object]:
         found[name] = lambda path=path: load_tflite(path)
     if names:
         found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
+    for name, path in model_files(names).items():
+        found[name] = lambda path=path: load_tflite(path)
     return found
 
 
@@ -164,8 +167,8 @@ def main(argv=None) -> None:
     parser.add_argument("--before", type=Path, help="medians --save wrote earlier")
     args = parser.parse_args(argv)
     every = models([])  # named as listed, or a zoo network by its own name
-    refuse_unknown(parser, args.models,
-                   [*every, *(key[4:] for key in every if key.startswith("zoo/"))])
+    refuse_unknown(parser, args.models, [*every, *(key[4:] for key in every if key.startswith("zoo/")),
+                                         *model_files(args.models).values()])
     found = models(args.models)
     before = json.loads(args.before.read_text()) if args.before else {}
     saved = {}

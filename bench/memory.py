@@ -38,6 +38,8 @@ Models: texscope's zoo (weights are parameters) and the MediaPipe 0.10.14
 imported once by texscope's loader and given to every tool.
 
 Run: ``python bench/memory.py [--constants | --lift-weights] [model ...]``
+(a model: a zoo network, a corpus model's name, or the path of a
+``.tflite`` file)
 (``--constants``: the zoo's weights bound as constants, as a deployed model
 has them; ``--lift-weights``: the zoo's ``main`` declaring its weights and
 texscope's builds lifting their packing into ``main_transform_params``,
@@ -60,7 +62,7 @@ from texscope.backend.storage_plan import PlanStorages
 from texscope.frontend.tflite_model import failure_reason, load_tflite
 from texscope.knowledge.targets import texture_target
 from texscope.models import corpus, zoo
-from _cli import refuse_unknown
+from _cli import model_files, refuse_unknown
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
@@ -81,6 +83,8 @@ def models(names: list[str], constants: bool = False, lift: bool = False) -> dic
             found[name] = lambda path=path: load_tflite(path)
     if names:
         found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
+    for name, path in model_files(names).items():
+        found[name] = lambda path=path: load_tflite(path)
     return found
 
 
@@ -157,8 +161,8 @@ def main(argv=None) -> None:
     weights.add_argument("--lift-weights", action="store_true")
     args = parser.parse_args(argv)
     every = models([])  # named as listed, or a zoo network by its own name
-    refuse_unknown(parser, args.models,
-                   [*every, *(key[4:] for key in every if key.startswith("zoo/"))])
+    refuse_unknown(parser, args.models, [*every, *(key[4:] for key in every if key.startswith("zoo/")),
+                                         *model_files(args.models).values()])
     found = models(args.models, args.constants, args.lift_weights)
     print("peak device memory, MiB")
     print(f"{'model':<30} {'all-buffer':>10} {'all-buffer, ours':>16} {'TVM adreno':>10} {'ratio':>6} "

@@ -52,11 +52,15 @@ def tvm_own(mod, target) -> str:
     return f"{len(kernels)} kernels, {images} with images, {copies} copies"
 
 
-def tflite_outputs(path, inputs) -> list | None:
-    """What TFLite's interpreter computes (None without ai-edge-litert)."""
+def tflite_outputs(path, inputs) -> list | str | None:
+    """What TFLite's interpreter computes (None without ai-edge-litert; why
+    not where it cannot run the model)."""
     if importlib.util.find_spec("ai_edge_litert") is None:
         return None
-    return verify.tflite_outputs(path, inputs)
+    try:
+        return verify.tflite_outputs(path, inputs)
+    except TexscopeError as err:  # no kernel for a custom operator
+        return "cannot run: " + str(err).rsplit(": ", 1)[-1]
 
 
 def texscope_row(mod, target, path) -> dict:
@@ -74,7 +78,7 @@ def texscope_row(mod, target, path) -> dict:
         "copies": run.copies,
         "conv_tex": f"{figures['convs_reading_texture']}/{figures['convs']}",
         "error": f"{error:.1e}{'' if error < 2e-4 else ' MISMATCH'}",
-        "tflite_error": "-" if from_tflite is None
+        "tflite_error": "-" if from_tflite is None else from_tflite if isinstance(from_tflite, str)
                         else f"{verify.compare(run.outputs, from_tflite).max_scaled_error:.1e}",
         **{stage: figures.get(f"{stage}_s", 0.0) for stage in STAGES},
     }

@@ -32,11 +32,13 @@ def _tensor(builder, name: str, shape: list[int], dtype: int, buffer: int):
 
 
 def _model(code: tuple, tensors: list[tuple], operator_inputs: list[int],
-           constants: dict | None = None, custom_options: bytes | None = None) -> bytes:
-    """One operator: ``code`` (builtin, custom name or None), the tensors as
-    (name, shape, type), the first the model's input and the last its
-    output; ``operator_inputs`` index ``tensors``; ``constants`` maps a
-    tensor's index to the numpy array its buffer holds."""
+           constants: dict | None = None, custom_options: bytes | None = None,
+           model_inputs: tuple[int, ...] = (0,), version: int = 1) -> bytes:
+    """One operator: ``code`` (builtin, custom name or None) of ``version``,
+    the tensors as (name, shape, type), ``model_inputs`` indexing the
+    model's inputs among them and the last its output; ``operator_inputs``
+    index ``tensors``; ``constants`` maps a tensor's index to the numpy array
+    its buffer holds."""
     constants = constants or {}
     builtin, custom = code
     builder = flatbuffers.Builder(1024)
@@ -58,7 +60,8 @@ def _model(code: tuple, tensors: list[tuple], operator_inputs: list[int],
 
     tensor_vector = _vector(builder, SubGraph.SubGraphStartTensorsVector, offsets,
                             builder.PrependUOffsetTRelative)
-    graph_inputs = _vector(builder, SubGraph.SubGraphStartInputsVector, [0], builder.PrependInt32)
+    graph_inputs = _vector(builder, SubGraph.SubGraphStartInputsVector, list(model_inputs),
+                           builder.PrependInt32)
     graph_outputs = _vector(builder, SubGraph.SubGraphStartOutputsVector, [output],
                             builder.PrependInt32)
     operators = _vector(builder, SubGraph.SubGraphStartOperatorsVector, [operator],
@@ -76,7 +79,7 @@ def _model(code: tuple, tensors: list[tuple], operator_inputs: list[int],
     OperatorCode.OperatorCodeAddBuiltinCode(builder, builtin)
     if custom_name is not None:
         OperatorCode.OperatorCodeAddCustomCode(builder, custom_name)
-    OperatorCode.OperatorCodeAddVersion(builder, 1)
+    OperatorCode.OperatorCodeAddVersion(builder, version)
     operator_code = OperatorCode.OperatorCodeEnd(builder)
 
     buffers = []
@@ -135,3 +138,16 @@ def transpose_conv_bias(image: tuple[int, int], channels: int, weights, bias,
                ("b", list(bias.shape), stored[str(bias.dtype)]), ("y", out_shape, float32)]
     return _model((tflite.BuiltinOperator.CUSTOM, "Convolution2DTransposeBias"), tensors,
                   [0, 1, 2], {1: weights, 2: bias}, custom_options=options)
+
+
+def mediapipe_custom(name: str, inputs: list[tuple], output: tuple, options: bytes | None,
+                     version: int = 2) -> bytes:
+    """MediaPipe's custom operator ``name`` (of ``version``) on float32
+    model inputs given as (name, shape), into ``output`` (name, shape), with
+    the raw option bytes ``options`` (a FlexBuffer map for those of
+    face_landmark_with_attention)."""
+    float32 = tflite.TensorType.FLOAT32
+    tensors = [(tensor, list(shape), float32) for tensor, shape in [*inputs, output]]
+    indices = list(range(len(inputs)))
+    return _model((tflite.BuiltinOperator.CUSTOM, name), tensors, indices,
+                  custom_options=options, model_inputs=tuple(indices), version=version)

@@ -31,6 +31,7 @@ from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from ..rewrites.lift_weights import LiftWeightTransforms, require_declared_weights
 from .heap import collector_paused, keep_freed_memory
+from .kernel_names import ShortenKernelNames
 from .lowering import adreno_tir_pipeline
 from . import opencl_intrinsics  # noqa: F401  (registers TVM's missing OpenCL math names)
 from .parallel import build_jobs, jobs_limit, per_chunk
@@ -96,7 +97,8 @@ def fuse_passes() -> list:
 
 def optimize_passes(target: tvm.target.Target) -> list:
     """After annotation: legalize, fuse, fold copies, specialize texture
-    parameters (one PrimFunc per storage signature first), schedule."""
+    parameters (one PrimFunc per storage signature first), shorten long
+    kernel names, schedule."""
     return [
         *fuse_passes(),
         FoldTextureCopies(),
@@ -106,6 +108,8 @@ def optimize_passes(target: tvm.target.Target) -> list:
         # (it rejects symbolic sizes; identical output on static modules).
         SpecializeTextureParams,
         relax.transform.Normalize(),
+        # After the copies above, which add a suffix to their names.
+        ShortenKernelNames,
         *schedule_passes(),
     ]
 

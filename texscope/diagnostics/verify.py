@@ -9,6 +9,7 @@ stripped first).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -306,7 +307,8 @@ def reference_outputs(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.nd
 def tflite_outputs(path, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """What TFLite's own interpreter computes from ``inputs`` for the
     ``.tflite`` file ``path``: the reference an import of it is checked
-    against (needs ``ai-edge-litert``)."""
+    against (needs ``ai-edge-litert``).  A TexscopeError where the
+    interpreter cannot run the model (a custom operator it has no kernel for)."""
     try:
         from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
     except ImportError as err:
@@ -315,7 +317,11 @@ def tflite_outputs(path, inputs: list[np.ndarray]) -> list[np.ndarray]:
     # TFLite's C++ announces its CPU delegate on stderr at every model.
     with quiet_native_stderr(noise=("Created TensorFlow Lite XNNPACK delegate",)):
         interpreter = Interpreter(model_path=str(path))
-        interpreter.allocate_tensors()
+        try:
+            interpreter.allocate_tensors()
+        except RuntimeError as err:  # e.g. MediaPipe's custom operators: no kernel for them
+            raise TexscopeError(f"TFLite's interpreter cannot run {Path(path).name}: "
+                                f"{str(err).splitlines()[0]}") from None
     for detail, value in zip(interpreter.get_input_details(), inputs):
         interpreter.set_tensor(detail["index"], np.asarray(value))
     interpreter.invoke()

@@ -6,8 +6,9 @@ inside a converter, naming neither the file nor the operator.
 :func:`load_tflite` reads the model's operator list itself, so the error it
 raises names both: the custom operators (``Landmarks2TransformMatrix``...)
 before the frontend is called, or the operator whose converter failed.
-MediaPipe's ``Convolution2DTransposeBias`` (selfie segmentation) is
-converted by :mod:`texscope.frontend.mediapipe_ops`.
+MediaPipe's custom operators (selfie segmentation's transpose conv,
+face_landmark_with_attention's crops) are converted by
+:mod:`texscope.frontend.mediapipe_ops`.
 
 Sparse models store float16 weights sparse, ``DENSIFY`` then ``DEQUANTIZE``
 (to float32) each before its conv.  TVM 0.27's frontend densifies the weight
@@ -31,12 +32,12 @@ from tvm import relax
 from ..errors import TexscopeError
 from ..ir.quiet import quiet_native_stderr
 from ..ir.rebuild import bound_call, rewrite_bindings
-from .mediapipe_ops import TRANSPOSE_CONV_BIAS, transpose_conv_bias
+from . import mediapipe_ops
 
 # A TFLite flatbuffer carries this file identifier at bytes 4..8.
 _IDENTIFIER = b"TFL3"
 # TFLite's own name for custom operators the frontend does convert.
-_CONVERTED_CUSTOM = {b"TFLite_Detection_PostProcess", TRANSPOSE_CONV_BIAS}
+_CONVERTED_CUSTOM = {b"TFLite_Detection_PostProcess", *mediapipe_ops.CONVERTERS}
 
 
 def _tflite_package():
@@ -51,21 +52,22 @@ def _tflite_package():
 @functools.cache
 def _converter_class():
     """TVM's TFLite operator converter, its ``DEQUANTIZE`` taking a
-    densified float16 weight, and converting MediaPipe's custom
-    ``Convolution2DTransposeBias`` (built on first use: the frontend needs
-    the tflite package)."""
+    densified float16 weight, and converting MediaPipe's custom operators
+    (:data:`texscope.frontend.mediapipe_ops.CONVERTERS`; built on first use:
+    the frontend needs the tflite package)."""
     from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
     from tflite.TensorType import TensorType
 
     class _Converter(OperatorConverter):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.convert_map[TRANSPOSE_CONV_BIAS.decode()] = functools.partial(
-                transpose_conv_bias, self)
+            for name, convert in mediapipe_ops.CONVERTERS.items():
+                self.convert_map[name.decode()] = functools.partial(convert, self)
 
         def get_op_code_str(self, op):
             custom = self.model.OperatorCodes(op.OpcodeIndex()).CustomCode()
-            return custom.decode() if custom == TRANSPOSE_CONV_BIAS else super().get_op_code_str(op)
+            return custom.decode() if custom in mediapipe_ops.CONVERTERS \
+                else super().get_op_code_str(op)
 
         def convert_dequantize(self, op):
             (weight,) = self.get_input_tensors(op)
