@@ -69,7 +69,9 @@ def test_every_operator_of_every_importable_model_has_a_registry_entry(mediapipe
     with_entries |= {op for e in registry.entries() if isinstance(e.key, registry.ScheduleRuleKey)
                      for op in e.key.ops}
     used = set().union(*(_operators(load_tflite(mediapipe[name])) for name in IMPORTABLE))
-    assert used - with_entries == set()
+    # The import's own TE computes (MediaPipe's crops) are matched by their
+    # PrimFuncs' patterns, an injective one or the opaque fallback.
+    assert used - with_entries == {"relax.call_tir"}
     # What MediaPipe's models use, once texscope's import rewrote their PReLUs.
     assert {"relax.nn.conv2d", "relax.clip", "relax.image.resize2d", "relax.mean",
             "relax.matmul", "relax.sigmoid", "relax.astype", "relax.concat"} <= used

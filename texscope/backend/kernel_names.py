@@ -13,8 +13,8 @@ A PrimFunc named longer than :data:`LONGEST` characters keeps its first
 operators' names and ends in a digest of its whole name, so that the kernel
 still says what it starts with and two long names stay apart.  The bound
 leaves PoCL's (a file name's 255 characters, less what it adds) far behind
-and keeps every name TVM gives the other MediaPipe models' kernels (up to
-119 characters, face_detection_short_range) as it is.
+and keeps the names TVM gives the other MediaPipe models' kernels as they
+are (up to 119 characters) but one of pose_detection (173).
 """
 
 from __future__ import annotations

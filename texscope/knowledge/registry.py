@@ -492,9 +492,15 @@ ELEMENTWISE_OPS = (
     ("relax.concat", "injective"), ("relax.reshape", "injective"),
     ("relax.permute_dims", "injective"), ("relax.broadcast_to", "injective"),
     ("relax.image.resize2d", "injective (a gather of up to four neighbours)"),
+    # face_landmark_with_attention's crop matrices (texscope's import of
+    # MediaPipe's Landmarks2TransformMatrix).
+    ("relax.negative", "element-wise"), ("relax.cos", "element-wise"),
+    ("relax.sin", "element-wise"), ("relax.atan2", "element-wise"),
+    ("relax.take", "injective (a gather along one axis)"),
 )
 REDUCING_OPS = (
     ("relax.mean", "a reduction"), ("relax.sum", "a reduction"),
+    ("relax.max", "a reduction"), ("relax.min", "a reduction"),
     ("relax.matmul", "a matrix product"),
 )
 
