@@ -3,6 +3,8 @@ own Adreno Conv2d rule: the same scheduled kernel, on every conv kernel of
 the zoo (and, under ``real_models``, of every importable MediaPipe model),
 for both targets' channel counts, guards and data pads."""
 
+from unittest import mock
+
 import pytest
 import tvm
 from tvm import s_tir
@@ -29,8 +31,24 @@ def _conv_kernels(mod) -> list:
             and conv_schedule.CONV_BLOCK in func.script() and schedule._reducing_blocks(func)]
 
 
+_SPLIT = s_tir.Schedule.split
+
+
+def _split_as_texscope_tiles(self, loop, factors, *args, **kwargs):
+    """TVM's rule's split, its 16-thread row and column tiles texscope's."""
+    if list(factors) == [None, 1, 16]:
+        factors = [None, 1, conv_schedule.spatial_tile(self.get(loop).extent)]
+    return _SPLIT(self, loop, factors, *args, **kwargs)
+
+
 def _tvms_schedule(func):
-    """EpilogueConv2d's inlining, then TVM's Adreno Conv2d rule."""
+    """EpilogueConv2d's inlining, then TVM's Adreno Conv2d rule with
+    texscope's row and column tiles (conv_schedule.spatial_tile)."""
+    with mock.patch.object(s_tir.Schedule, "split", _split_as_texscope_tiles):
+        return _tvms_rule(func)
+
+
+def _tvms_rule(func):
     sch = s_tir.Schedule(func)
     for block in sch.get_child_blocks(sch.get_sblock("root")):
         if (schedule._is_spatial(sch, block) and not schedule._writes_any(sch, block, func.params)
@@ -64,7 +82,8 @@ def _guards(kernels) -> set:
     """Which of the four splits of the kernels' convs leave a remainder."""
     found = set()
     for func in kernels:
-        script = EpilogueConv2d().apply(func, ADRENO, False).mod.script()
+        script = "\n".join(line for line in EpilogueConv2d().apply(func, ADRENO, False).mod.script()
+                           .splitlines() if "T.where(" in line)
         found |= {part for part, text in (("channels", "_fused % "), ("rows", "* T.int64(16) + "),
                                           ("texels", "_0 * T.int64(4) + ")) if text in script}
     return found
@@ -79,11 +98,21 @@ def test_the_zoos_convs_get_tvms_schedule():
 
 def test_guards_of_every_split_are_appended_as_split_appends_them(mediapipe):
     # face_detection_short_range: 5x5 stem, depthwise (one input channel: the
-    # texel split guards), output channel counts not a multiple of 8, rows
-    # and columns below 16.
+    # texel split guards), output channel counts not a multiple of 8; its
+    # maps, 64 to 8 pixels, tile without a remainder.
     kernels = _conv_kernels(load_tflite(mediapipe["face_detection_short_range"]))
-    assert _guards(kernels) == {"channels", "rows", "texels"}
+    assert _guards(kernels) == {"channels", "texels"}
     _assert_tvms_schedule(kernels)
+    # A 34 x 34 map has no divisor from 8 to 16: 16 rows, guarded.
+    odd = _conv_kernels(zoo.conv_chain(length=1, channels=8, image=34))
+    assert _guards(odd) == {"rows"}
+    _assert_tvms_schedule(odd)
+
+
+@pytest.mark.parametrize("extent, tile", [(3, 3), (7, 7), (16, 16), (24, 12), (28, 14),
+                                          (56, 14), (96, 16), (112, 16), (34, 16), (17, 16)])
+def test_rows_and_columns_tile_by_a_divisor_of_the_map_where_one_fits(extent, tile):
+    assert conv_schedule.spatial_tile(tvm.tirx.IntImm("int64", extent)) == tile
 
 
 def test_a_kernel_without_one_packed_conv_is_declined():
