@@ -190,9 +190,9 @@ def landmarks_to_transform_matrix(converter, op) -> relax.Expr:
     turned_y = relax.op.add(relax.op.multiply(sin, x), relax.op.multiply(cos, y))
     low_x, high_x = (f(turned_x, axis=1, keepdims=True) for f in (relax.op.min, relax.op.max))
     low_y, high_y = (f(turned_y, axis=1, keepdims=True) for f in (relax.op.min, relax.op.max))
-    half = _scalar(2.0)
-    mid_x = relax.op.divide(relax.op.add(low_x, high_x), half)
-    mid_y = relax.op.divide(relax.op.add(low_y, high_y), half)
+    two = _scalar(2.0)
+    mid_x = relax.op.divide(relax.op.add(low_x, high_x), two)
+    mid_y = relax.op.divide(relax.op.add(low_y, high_y), two)
     # The crop's frame turns back by the rotation: cos(-r), sin(-r).
     back_cos, back_sin = relax.op.cos(relax.op.negative(rotation)), \
         relax.op.sin(relax.op.negative(rotation))
