@@ -18,6 +18,7 @@ from texscope.errors import TexscopeError
 from texscope.frontend.tflite_model import load_tflite
 
 from modules import mediapipe_loops, tiny_tflite
+from test_tflite import _written
 
 # face_landmark_with_attention's lips crop but for the sizes: an odd subset
 # (MediaPipe pairs its last index with itself) and a target rotation.
@@ -34,12 +35,6 @@ CROP_MATRICES = {
     # their right and lower neighbours, past the map, are read as 0.
     "on_the_edge": [[1.0, 0, 0, 17.0], [0, 1.0, 0, 14.0]],
 }
-
-
-def _written(tmp_path, name, flatbuffer):
-    path = tmp_path / name
-    path.write_bytes(flatbuffer)
-    return path
 
 
 def _matrix(rows) -> np.ndarray:
