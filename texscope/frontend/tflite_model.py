@@ -4,7 +4,7 @@ TVM's frontend reports what it cannot read as a bare ``NotImplementedError``
 ("Custom operators are currently not supported") or as an exception from deep
 inside a converter, naming neither the file nor the operator.
 :func:`load_tflite` reads the model's operator list itself, so the error it
-raises names both: the custom operators (``Landmarks2TransformMatrix``...)
+raises names both: the custom operators (``MaxPoolingWithArgmax2D``...)
 before the frontend is called, or the operator whose converter failed.
 MediaPipe's custom operators (selfie segmentation's transpose conv,
 face_landmark_with_attention's crops) are converted by
