@@ -90,7 +90,6 @@ def inline_blocks(sch: s_tir.Schedule, blocks: list) -> list:
     remaining = []
     for block in blocks:
         info = analysis.get_sblock_info(sch, block)
-        producers = sch.get_producers(block)
         if not info.is_injective() or info.is_data_pad(sch):
             remaining.append(block)
         elif len(sch.get_consumers(block)) == 1:
@@ -98,7 +97,8 @@ def inline_blocks(sch: s_tir.Schedule, blocks: list) -> list:
                 sch.compute_inline(block)
             except s_tir.ScheduleError:
                 remaining.append(block)
-        elif len(producers) == 1 and len(sch.get_consumers(producers[0])) == 1:
+        elif len(producers := sch.get_producers(block)) == 1 \
+                and len(sch.get_consumers(producers[0])) == 1:
             try:
                 sch.reverse_compute_inline(block)
             # A block larger than its producer fails TVM 0.27's check of the
