@@ -1,7 +1,9 @@
 """The packed conv's schedule (texscope.backend.conv_schedule) against TVM's
 own Adreno Conv2d rule: the same scheduled kernel, on every conv kernel of
 the zoo (and, under ``real_models``, of every importable MediaPipe model),
-for both targets' channel counts, guards and data pads."""
+for both targets' channel counts, guards and data pads (TVM's rule given
+texscope's tiles and, where texscope pads in registers, the padding block
+as its register cache)."""
 
 from unittest import mock
 
@@ -9,6 +11,8 @@ import pytest
 import tvm
 from tvm import s_tir
 from tvm.s_tir import dlight
+from tvm.script import ir as I, relax as R
+from tvm.s_tir.dlight.adreno import convolution as tvms_convolution
 
 import texscope
 from conftest import ADRENO, BeforeScheduling
@@ -17,6 +21,8 @@ from test_tflite import IMPORTABLE
 from texscope.backend import conv_schedule, fallback_schedule, schedule
 from texscope.backend.schedule import EpilogueConv2d
 from texscope.frontend.tflite_model import load_tflite
+from texscope.ir.tir import blocks_in
+from texscope.opencl.source import kernel_signatures
 from texscope.models import zoo
 
 
@@ -41,10 +47,35 @@ def _split_as_texscope_tiles(self, loop, factors, *args, **kwargs):
     return _SPLIT(self, loop, factors, *args, **kwargs)
 
 
+_CACHE_READ = s_tir.Schedule.cache_read
+_SCHEDULE_DEFAULT = tvms_convolution.schedule_default
+
+
+def _cache_read_as_texscope(self, block, index, scope, *args, **kwargs):
+    """TVM's rule's register cache of the conv's input: the padding block
+    itself where texscope computes the padding in registers."""
+    padding = conv_schedule.register_padding(self, block) if index == 0 else None
+    if padding is None:
+        return _CACHE_READ(self, block, index, scope, *args, **kwargs)
+    self.set_scope(padding, 0, scope)
+    return padding
+
+
+def _default_schedule_but_register_caches(sch, blocks):
+    """TVM's rule's default schedule of the blocks left over, the padding
+    block computed in registers under the conv's loops not among them."""
+    return _SCHEDULE_DEFAULT(sch, [b for b in blocks if sch.get(b).writes[0].source.scope()
+                                   != "local"])
+
+
 def _tvms_schedule(func):
     """EpilogueConv2d's inlining, then TVM's Adreno Conv2d rule with
-    texscope's row and column tiles (conv_schedule.spatial_tile)."""
-    with mock.patch.object(s_tir.Schedule, "split", _split_as_texscope_tiles):
+    texscope's row and column tiles (conv_schedule.spatial_tile) and
+    padding in registers (conv_schedule.register_padding)."""
+    with mock.patch.object(s_tir.Schedule, "split", _split_as_texscope_tiles), \
+            mock.patch.object(s_tir.Schedule, "cache_read", _cache_read_as_texscope), \
+            mock.patch.object(tvms_convolution, "schedule_default",
+                              _default_schedule_but_register_caches):
         return _tvms_rule(func)
 
 
@@ -138,9 +169,10 @@ def test_no_split_of_the_conv_schedule_guards_the_blocks_itself(split_recorder):
     with ADRENO:
         for func in kernels:
             EpilogueConv2d().apply(func, ADRENO, False)
-    # Four per conv and the default schedule's one per data pad (one of
-    # resnet's four, 3364 texels on 256 threads, leaves a remainder).
-    assert kernels and len(calls) == 5 * len(kernels) and all(calls)
+    # Four per conv: resnet's padding is computed in registers, with no
+    # kernel of its own to split (the default schedule's split of it, 3364
+    # texels on 256 threads, left a remainder).
+    assert kernels and len(calls) == 4 * len(kernels) and all(calls)
 
 
 def _blocks_off_threads(func) -> list[str]:
@@ -175,3 +207,42 @@ def test_a_conv_whose_epilogue_reads_its_input_caches_only_the_convs_reads():
     result, run, expected = run_and_compare(texel_cases.OneByOneResidual)
     assert_close(run, expected)
     assert result.report.build["convs_reading_texture"] == 2
+
+
+@I.ir_module
+class ConvThenDepthwise:
+    @R.function
+    def main(x: R.Tensor((1, 8, 16, 16), "float32"), w: R.Tensor((8, 8, 3, 3), "float32"),
+             dw: R.Tensor((8, 1, 3, 3), "float32")):
+        with R.dataflow():
+            y = R.nn.conv2d(x, w, padding=1)
+            z = R.nn.conv2d(y, dw, padding=1, groups=8)
+            R.output(z)
+        return z
+
+
+def _allocations(func) -> dict[str, str]:
+    with ADRENO:
+        scheduled = EpilogueConv2d().apply(func, ADRENO, False).mod["main"]
+    return {buffer.name: buffer.scope() for block in blocks_in(scheduled.body)
+            for buffer in block.alloc_buffers}
+
+
+def test_a_convs_padding_is_its_register_cache_but_a_depthwise_convs():
+    """The conv's zero padding is computed texel by texel into the
+    registers the conv reads (no scratch buffer, no kernel of its own); a
+    depthwise conv keeps TVM's padding kernel; both compute the CPU's
+    numbers."""
+    from test_opencl_run import assert_close, run_and_compare  # pylint: disable=import-outside-toplevel
+
+    conv, depthwise = _conv_kernels(ConvThenDepthwise)
+    assert _allocations(conv) == {"conv2d_data_pad_local": "local",
+                                  "conv2d_NCHWc_OIHWo_local": "local"}
+    assert _allocations(depthwise) == {"conv2d_data_pad": "global",
+                                       "conv2d_data_pad_local": "local",
+                                       "conv2d_NCHWc_OIHWo_local": "local"}
+    result, run, expected = run_and_compare(ConvThenDepthwise)
+    assert_close(run, expected)
+    # Two kernels for the depthwise conv (padding, conv), one for the other.
+    assert sum(name.startswith(("conv2d", "fused_conv2d")) for name in
+               kernel_signatures(result.opencl_source)) == 3
