@@ -52,7 +52,7 @@ mostly depthwise, and the MediaPipe landmark models stayed within 3%.  In a
 depthwise conv each thread would read a texel for each of its 8 virtual
 threads' channels, each under its own bounds test: so made, its builds got
 longer (hand_landmark_full's by 14%, mobilenet_v2's by 6%) and its kernel
-times moved by -10% to +8%; a depthwise conv keeps TVM's padding kernel.
+times moved by -17% to +8%; a depthwise conv keeps TVM's padding kernel.
 """
 
 from __future__ import annotations
