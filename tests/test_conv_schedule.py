@@ -224,6 +224,7 @@ class ConvThenDepthwise:
 def _allocations(func) -> dict[str, str]:
     with ADRENO:
         scheduled = EpilogueConv2d().apply(func, ADRENO, False).mod["main"]
+    assert s_tir.analysis.verify_well_formed(scheduled)
     return {buffer.name: buffer.scope() for block in blocks_in(scheduled.body)
             for buffer in block.alloc_buffers}
 
