@@ -34,7 +34,7 @@ from .rewrites.global_pool import SplitGlobalPools
 from .rewrites.decompose import DecomposeForGPU
 from .errors import TexscopeError
 from .rewrites.fold_constants import fold_constants
-from .ir.graph import CALL_TIR, relax_bindings, require_shapes
+from .ir.graph import CALL_TIR, redirect_calls, relax_bindings, require_shapes
 from .rewrites.legalize import legalization_of, legalize_map, once_per_signature
 from .rewrites.pad_channels import PadChannels
 from .rewrites.packed_layout import ConvertLayoutByRules
@@ -102,7 +102,7 @@ def merge_identical_prim_funcs(mod: tvm.IRModule, before: tvm.IRModule | None = 
     functions = {g: f for g, f in mod.functions.items() if g not in canonical}
     for gvar, func in functions.items():
         if isinstance(func, relax.Function):
-            functions[gvar] = _redirect_calls(func, canonical)
+            functions[gvar] = redirect_calls(func, canonical)
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
@@ -111,11 +111,6 @@ def _creation_order(name: str) -> tuple:
     ``add1``, ... ``add9``, ``add10``) as it gave them."""
     digits = len(name) - len(name.rstrip("0123456789"))
     return name[:len(name) - digits], digits, name
-
-
-def _redirect_calls(func: relax.Function, canonical: dict) -> relax.Function:
-    # Only callees change, to kernels of the same type: no binding is retyped.
-    return tvm_ffi.structural_map(func, (tvm.ir.GlobalVar, lambda gvar: canonical.get(gvar, gvar)))
 
 
 def _all_constant(expr) -> bool:

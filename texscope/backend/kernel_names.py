@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 
 import tvm
-import tvm_ffi
 from tvm import relax, tirx
+
+from ..ir.graph import redirect_calls
 
 LONGEST = 120
 _DIGEST = 8
@@ -67,6 +68,5 @@ def ShortenKernelNames(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disa
         renamed[gvar] = builder.add_func(func, name)
     for gvar, func in builder.get().functions.items():
         if isinstance(func, relax.Function):
-            builder.update_func(gvar, tvm_ffi.structural_map(
-                func, (tvm.ir.GlobalVar, lambda var: renamed.get(var, var))))
+            builder.update_func(gvar, redirect_calls(func, renamed))
     return builder.get()

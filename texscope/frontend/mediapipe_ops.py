@@ -70,16 +70,15 @@ def transpose_conv_bias(converter, op) -> relax.Expr:
     if padding not in (_SAME, _VALID) or stride_w < 1 or stride_h < 1:
         raise ValueError(f"padding {padding} (1 SAME or 2 VALID expected), "
                          f"strides {stride_h} x {stride_w}")
-    types = {converter.get_tensor_type_str(t.tensor.Type()) for t in (data, weights, bias, output)}
-    if types != {"float32"}:
-        raise ValueError(f"MediaPipe's kernel is float32 only, found {sorted(types)}")
-    _, height, width, _ = (int(d) for d in converter.get_tensor_shape(data))
-    out_channels, kernel_h, kernel_w, _ = (int(d) for d in converter.get_tensor_shape(weights))
+    data_shape, weight_shape, _, out_shape = _float32_shapes(converter,
+                                                             (data, weights, bias, output))
+    _, height, width, _ = data_shape
+    out_channels, kernel_h, kernel_w, _ = weight_shape
     top, bottom = _cropped(height, kernel_h, stride_h, padding)
     left, right = _cropped(width, kernel_w, stride_w, padding)
     expected = (stride_h * (height - 1) + kernel_h - top - bottom,
                 stride_w * (width - 1) + kernel_w - left - right, out_channels)
-    found = tuple(int(d) for d in converter.get_tensor_shape(output))[1:]
+    found = out_shape[1:]
     if found != expected:
         raise ValueError(f"output of shape {found}, where the operator makes {expected}")
     # Relax's transpose conv takes its kernel as (in, out, height, width), and

@@ -443,3 +443,10 @@ def annotated_functions(mod: tvm.IRModule) -> list[relax.GlobalVar]:
         ),
         key=lambda g: g.name_hint,
     )
+
+
+def redirect_calls(func: relax.Function, callees: dict) -> relax.Function:
+    """``func`` calling ``callees[g]`` wherever it called a GlobalVar ``g``
+    that ``callees`` maps.  For callees of the same type (a twin kernel, a
+    kernel renamed): no binding is retyped."""
+    return tvm_ffi.structural_map(func, (tvm.ir.GlobalVar, lambda gvar: callees.get(gvar, gvar)))
