@@ -16,16 +16,19 @@ primitive type, so the lanes are packed into one ``write_imagef`` (found by
 running the kernels on PoCL).
 
 TVM's pass narrows each buffer's accessed region by the predicates of the
-blocks accessing it (the guards of non-dividing splits).  On a scheduled conv
+blocks accessing it (the guards of non-dividing splits) and by the
+condition of every ``if_then_else`` around an access (a padded conv's
+bounds test on the texel its register cache reads).  On a scheduled conv
 that analysis is most of the pass: 2 to 10 ms a kernel, about as long as
-scheduling it.  A kernel allocating registers (``local``) and global scratch
-only (a conv's padded input) is compacted here with its predicates set aside
-and put back after.  Without them a region can only be wider, so a buffer
-never comes out too small; on every kernel of the zoo and of the MediaPipe
-models it comes out the size TVM makes it (a test compares them).  Kernels
-with shared memory, where a guard on the threads may bound what a block
-shares, keep TVM's pass; kernels allocating nothing skip it (it would return
-them unchanged).
+scheduling it; on inception's padded conv, the conditions were 8 of its
+9.6 ms.  A kernel allocating registers (``local``) and global scratch only
+is compacted here with its predicates and conditions set aside (each
+condition a variable of its own) and put back after.  Without them a
+region can only be wider, so a buffer never comes out too small; on every
+kernel of the zoo and of the MediaPipe models it comes out the size TVM
+makes it (a test compares them).  Kernels with shared memory, where a guard
+on the threads may bound what a block shares, keep TVM's pass; kernels
+allocating nothing skip it (it would return them unchanged).
 
 ``HoistIfThenElse`` moves ``if`` statements out of loops that do not change
 their condition, then simplifies the kernel and removes no-ops again.  A
@@ -67,10 +70,16 @@ def _allocated_scopes(func: tirx.PrimFunc) -> set[str]:
     return {buffer.scope() for block in blocks_in(func.body) for buffer in block.alloc_buffers}
 
 
-def _predicates_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict] | None:
-    """``func`` with every block predicate ``True``, and the predicates by
-    block name; None where two guarded blocks share a name."""
+_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+
+
+def _guards_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict, dict] | None:
+    """``func`` with every block predicate ``True`` and the condition of
+    every ``if_then_else`` a variable of its own; the predicates by block
+    name and the conditions by variable.  None where two guarded blocks
+    share a name."""
     predicates: dict = {}
+    conditions: dict = {}
     clash = []
 
     def unguard(realize):
@@ -82,18 +91,37 @@ def _predicates_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict] | N
         predicates[name] = realize.predicate
         return s_tir.SBlockRealize(realize.iter_values, tirx.const(True, "bool"), realize.block)
 
-    stripped = tvm_ffi.structural_map(func, (s_tir.SBlockRealize, unguard))
-    return None if clash else (stripped, predicates)
+    def uncondition(call):
+        if not call.op.same_as(_IF_THEN_ELSE):
+            return call
+        stand_in = tirx.Var(f"texscope_condition{len(conditions)}", "bool")
+        conditions[stand_in] = call.args[0]
+        return tvm.ir.Call(call.op, [stand_in, *call.args[1:]], call.attrs, span=call.span,
+                           ret_ty=call.ty)
+
+    stripped = tvm_ffi.structural_map(func, [(s_tir.SBlockRealize, unguard),
+                                             (tvm.ir.Call, uncondition)])
+    return None if clash else (stripped, predicates, conditions)
 
 
-def _predicates_restored(func: tirx.PrimFunc, predicates: dict) -> tirx.PrimFunc:
+def _guards_restored(func: tirx.PrimFunc, predicates: dict, conditions: dict) -> tirx.PrimFunc:
+    # A condition set aside may hold an if_then_else set aside before it
+    # (the map works inside out): each is restored with those before it.
+    restored: dict = {}
+
+    def condition(var):
+        return restored.get(var, var)
+
+    for stand_in, held in conditions.items():
+        restored[stand_in] = tvm_ffi.structural_map(held, (tirx.Var, condition))
+
     def guard(realize):
         predicate = predicates.get(realize.block.name_hint)
         if predicate is None:
             return realize
         return s_tir.SBlockRealize(realize.iter_values, predicate, realize.block)
 
-    return tvm_ffi.structural_map(func, (s_tir.SBlockRealize, guard))
+    return tvm_ffi.structural_map(func, [(s_tir.SBlockRealize, guard), (tirx.Var, condition)])
 
 
 def _compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -104,18 +132,19 @@ def _compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return func
     if scopes - {"local", "global"}:
         return _COMPACT(tvm.IRModule({"main": func}))["main"]
-    unguarded = _predicates_set_aside(func)
+    unguarded = _guards_set_aside(func)
     if unguarded is None:
         return _COMPACT(tvm.IRModule({"main": func}))["main"]
-    stripped, predicates = unguarded
+    stripped, predicates, conditions = unguarded
     compacted = _COMPACT(tvm.IRModule({"main": stripped}))["main"]
-    return _predicates_restored(compacted, predicates)
+    return _guards_restored(compacted, predicates, conditions)
 
 
 @tvm.transform.module_pass(opt_level=0, name="texscope.CompactUnguarded")
 def CompactUnguarded(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
     """``CompactBufferAllocation``, kernels without shared memory compacted
-    without their block predicates (see the module docstring)."""
+    without their block predicates and if_then_else conditions (see the
+    module docstring)."""
     functions = {gvar: _compacted(func) if isinstance(func, tirx.PrimFunc) else func
                  for gvar, func in mod.functions.items()}
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
