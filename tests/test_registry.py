@@ -4,6 +4,7 @@ import attrs
 import pytest
 import tvm
 from tvm import relax
+from tvm.script import tirx as T
 
 import texscope
 from conftest import ADRENO, run_pass, scopes
@@ -182,3 +183,25 @@ def test_fan_in_sums_the_axes_each_weight_layout_reduces():
     # matmul's weight (K, N): K products per output.
     assert registry.fan_in("relax.matmul", [64, 10]) == 64
     assert registry.OPERAND_ROLES[("relax.nn.batch_norm", 4)] == "variance"
+
+
+def test_a_legalized_layout_transform_padding_channels_moves_elements_only():
+    """A pad value under a test of indices, not of the data (a relu)."""
+    @T.prim_func(private=True, s_tir=True)
+    def pad_and_pack(x: T.Buffer((1, 3, 4, 4), "float32"), y: T.Buffer((1, 1, 4, 4, 4), "float32")):
+        for n, c, h, w, lane in T.grid(1, 1, 4, 4, 4):
+            with T.sblock("te_layout_transform"):
+                vn, vc, vh, vw, vl = T.axis.remap("SSSSS", [n, c, h, w, lane])
+                y[vn, vc, vh, vw, vl] = T.if_then_else(vc * 4 + vl < 3, x[vn, vc * 4 + vl, vh, vw],
+                                                       T.float32(0))
+
+    @T.prim_func(private=True, s_tir=True)
+    def relu(x: T.Buffer((1, 3, 4, 4), "float32"), y: T.Buffer((1, 3, 4, 4), "float32")):
+        for n, c, h, w in T.grid(1, 3, 4, 4):
+            with T.sblock("relu"):
+                vn, vc, vh, vw = T.axis.remap("SSSS", [n, c, h, w])
+                y[vn, vc, vh, vw] = T.if_then_else(x[vn, vc, vh, vw] > T.float32(0),
+                                                   x[vn, vc, vh, vw], T.float32(0))
+
+    assert registry.moves_elements_only(pad_and_pack)
+    assert not registry.moves_elements_only(relu)

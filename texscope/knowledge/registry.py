@@ -232,6 +232,15 @@ def _stores(stmt):
             yield from _stores(item)
 
 
+_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+
+
+def _loads_any(expr) -> bool:
+    found = []
+    tvm_ffi.structural_visit(expr, (tvm.ir.expr.TensorLoad, lambda load, _visitor: found.append(load)))
+    return bool(found)
+
+
 def moves_elements_only(func: tvm.tirx.PrimFunc) -> bool:
     """True for a kernel made of one store of a loaded element (or a pad value):
     a legalized layout transform, which AnnotateTIROpPattern calls opaque."""
@@ -239,9 +248,10 @@ def moves_elements_only(func: tvm.tirx.PrimFunc) -> bool:
     if len(stores) != 1:
         return False
     value = stores[0].value
-    op = getattr(value, "op", None)
-    if isinstance(op, tvm.ir.Op) and op.name == "tirx.if_then_else":
-        return any(isinstance(arg, tvm.ir.expr.TensorLoad) for arg in value.args[1:])
+    if isinstance(value, tvm.ir.Call) and value.op.same_as(_IF_THEN_ELSE):
+        condition, *branches = value.args
+        return not _loads_any(condition) \
+            and any(isinstance(arg, tvm.ir.expr.TensorLoad) for arg in branches)
     return isinstance(value, tvm.ir.expr.TensorLoad)
 
 
