@@ -1,14 +1,19 @@
 """Shared checks: every pass leaves its input alone and returns well-formed IR."""
 
+import contextlib
 import copy
 import os
+from unittest import mock
 
 import pytest
 import tvm
+import tvm_ffi
+from tvm import s_tir
 from tvm.s_tir import dlight
 from hypothesis import HealthCheck, settings
 from tvm import relax
 
+from texscope.backend import thread_blocks
 from texscope.knowledge import profile as cost_profile
 
 # The fuzzer's profiles: "ci" by default, "long" with --hypothesis-profile long
@@ -64,6 +69,54 @@ class BeforeScheduling:
     def run_before_pass(self, mod, info):
         if info.name == "texscope.ScheduleKernels" and self.module is None:
             self.module = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+
+
+def threads_per_block(mod) -> int | None:
+    """The ``threadIdx.x`` extent of a scheduled kernel (None without one)."""
+    found = []
+
+    def on_loop(loop):
+        if loop.thread_binding is not None and loop.thread_binding.thread_tag == "threadIdx.x":
+            found.append(int(loop.extent))
+        return loop
+
+    tvm_ffi.structural_map(mod, (tvm.tirx.For, on_loop))
+    return found[0] if found else None
+
+
+@pytest.fixture
+def tvms_thread_count(monkeypatch):
+    """texscope's schedules split over the target's full thread block, as
+    TVM's rules do, not over whole rows (texscope.backend.thread_blocks):
+    where the block does not divide the work, their guards are TVM's."""
+    monkeypatch.setattr(thread_blocks, "aligned_threads", lambda _extents, limit: limit)
+
+
+@contextlib.contextmanager
+def tvms_thread_split():
+    """Within it, TVM's rules split a fused loop over texscope's threads per
+    block (texscope.backend.thread_blocks: whole rows of the loops fused)
+    instead of their 256; all else is their own."""
+    fuse, split = s_tir.Schedule.fuse, s_tir.Schedule.split
+    fused = []  # (the fused loop's variable, the extents fused into it)
+
+    def recording(self, *loops, **kwargs):
+        extents = [self.get(loop).extent for loop in loops]
+        result = fuse(self, *loops, **kwargs)
+        fused.append((self.get(result).loop_var, extents))
+        return result
+
+    def texscopes(self, loop, factors, *args, **kwargs):
+        if list(factors) == [None, 256]:
+            var = self.get(loop).loop_var
+            extents = next((e for v, e in fused if v.same_as(var)), None)
+            if extents is not None:
+                factors = [None, thread_blocks.aligned_threads(extents, 256)]
+        return split(self, loop, factors, *args, **kwargs)
+
+    with mock.patch.object(s_tir.Schedule, "fuse", recording), \
+            mock.patch.object(s_tir.Schedule, "split", texscopes):
+        yield
 
 
 def dlight_scheduled(mod: tvm.IRModule, *rules) -> tvm.IRModule:

@@ -15,7 +15,7 @@ from tvm.script import ir as I, relax as R
 from tvm.s_tir.dlight.adreno import convolution as tvms_convolution
 
 import texscope
-from conftest import ADRENO, BeforeScheduling
+from conftest import ADRENO, BeforeScheduling, tvms_thread_split
 from modules import texel_cases
 from test_tflite import IMPORTABLE
 from texscope.backend import conv_schedule, fallback_schedule, schedule
@@ -70,12 +70,14 @@ def _default_schedule_but_register_caches(sch, blocks):
 
 def _tvms_schedule(func):
     """EpilogueConv2d's inlining, then TVM's Adreno Conv2d rule with
-    texscope's row and column tiles (conv_schedule.spatial_tile) and
-    padding in registers (conv_schedule.register_padding)."""
+    texscope's row and column tiles (conv_schedule.spatial_tile), padding
+    in registers (conv_schedule.register_padding) and, for the blocks it
+    gives its default schedule, blocks of whole rows (thread_blocks)."""
     with mock.patch.object(s_tir.Schedule, "split", _split_as_texscope_tiles), \
             mock.patch.object(s_tir.Schedule, "cache_read", _cache_read_as_texscope), \
             mock.patch.object(tvms_convolution, "schedule_default",
-                              _default_schedule_but_register_caches):
+                              _default_schedule_but_register_caches), \
+            tvms_thread_split():
         return _tvms_rule(func)
 
 

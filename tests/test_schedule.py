@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 
 import texscope
-from conftest import ADRENO, BeforeScheduling, run_pass
+from conftest import ADRENO, BeforeScheduling, run_pass, tvms_thread_split
 from modules import texel_cases
 from texscope.knowledge import registry
 from texscope.rewrites.legalize import REPLACED, once_per_signature
@@ -61,7 +61,8 @@ def test_texscopes_rules_schedule_without_pythons_type_checks(monkeypatch):
     split = texel_cases.TwoTextureOutputs["split"]  # left to the fallback
     with ADRENO:
         checked = [EpilogueConv2d().apply(f, ADRENO, False).mod for f in convs]
-        tvms_fallback = dlight.adreno.Fallback().apply(split, ADRENO, False)
+        with tvms_thread_split():
+            tvms_fallback = dlight.adreno.Fallback().apply(split, ADRENO, False)
         _no_type_checks(monkeypatch)
         unchecked = [EpilogueConv2d().apply(f, ADRENO, False).mod for f in convs]
         pool_schedule = TexelWriter().apply(pool, ADRENO, False)
@@ -368,9 +369,11 @@ def test_reduction_rules_see_only_kernels_that_reduce():
 
 @pytest.mark.parametrize("mod", [zoo.NETWORKS["resnet"], lambda: texel_cases.PoolsBetweenConvs,
                                  lambda: texel_cases.RGBStem])
-def test_the_texel_writer_guards_its_thread_split_as_split_does(mod, monkeypatch):
+def test_the_texel_writer_guards_its_thread_split_as_split_does(mod, monkeypatch,
+                                                              tvms_thread_count):
     """The texel computed at its loop, then that loop split unguarded and the
-    guard appended, is the schedule a guarded split of that loop makes."""
+    guard appended, is the schedule a guarded split of that loop makes (on
+    TVM's 256 threads, which leave a remainder more often than whole rows)."""
     capture = BeforeScheduling()
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(mod(), "adreno-opencl")

@@ -105,9 +105,9 @@ class MaxPoolToTexture:
                 pool_max[v0, v1, v2, v3, v4] = T.max(pool_max[v0, v1, v2, v3, v4], pad_temp[v0, v1, v2 * T.int64(2) + r0, v3 * T.int64(2) + r1, v4])
 
 
-# One thread per output texel; the 3x3 window walked outside the four lanes,
-# so each step reads a whole texel and keeps four maxima in registers; one
-# vector store of the texel.
+# One thread per output texel (one block of the four); the 3x3 window walked
+# outside the four lanes, so each step reads a whole texel and keeps four
+# maxima in registers; one vector store of the texel.
 @I.ir_module
 class MaxPoolScheduled:
     @T.prim_func(private=True, s_tir=True)
@@ -115,16 +115,15 @@ class MaxPoolScheduled:
         T.func_attr({"tirx.noalias": True})
         pool_max_local = T.sblock_alloc_buffer((T.int64(1), T.int64(1), T.int64(2), T.int64(2), T.int64(4)), scope="local")
         for ax0_ax1_ax2_ax3_fused_0 in T.thread_binding(T.int64(1), thread="blockIdx.x"):
-            for ax0_ax1_ax2_ax3_fused_1 in T.thread_binding(T.int64(256), thread="threadIdx.x"):
+            for ax0_ax1_ax2_ax3_fused_1 in T.thread_binding(T.int64(4), thread="threadIdx.x"):
                 for ax1, ax2 in T.grid(T.int64(3), T.int64(3)):
                     for ax0 in T.vectorized(T.int64(4)):
                         with T.sblock("pool_max"):
                             v0 = T.axis.spatial(T.int64(1), T.int64(0))
                             v1 = T.axis.spatial(T.int64(1), T.int64(0))
-                            v2 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1) // T.int64(2))
-                            v3 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1) % T.int64(2))
+                            v2 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(4) + ax0_ax1_ax2_ax3_fused_1) // T.int64(2))
+                            v3 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(4) + ax0_ax1_ax2_ax3_fused_1) % T.int64(2))
                             v4, r0, r1 = T.axis.remap("SRR", [ax0, ax1, ax2])
-                            T.where(ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1 < T.int64(4))
                             T.reads(x[v0, v1, v2 * T.int64(2) + r0 - T.int64(1), v3 * T.int64(2) + r1 - T.int64(1), v4])
                             T.writes(pool_max_local[v0, v1, v2, v3, v4])
                             with T.init():
@@ -134,10 +133,9 @@ class MaxPoolScheduled:
                     with T.sblock("pool_max_local"):
                         v0 = T.axis.spatial(T.int64(1), T.int64(0))
                         v1 = T.axis.spatial(T.int64(1), T.int64(0))
-                        v2 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1) // T.int64(2))
-                        v3 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1) % T.int64(2))
+                        v2 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(4) + ax0_ax1_ax2_ax3_fused_1) // T.int64(2))
+                        v3 = T.axis.spatial(T.int64(2), (ax0_ax1_ax2_ax3_fused_0 * T.int64(4) + ax0_ax1_ax2_ax3_fused_1) % T.int64(2))
                         v4 = T.axis.spatial(T.int64(4), ax4)
-                        T.where(ax0_ax1_ax2_ax3_fused_0 * T.int64(256) + ax0_ax1_ax2_ax3_fused_1 < T.int64(4))
                         T.reads(pool_max_local[v0, v1, v2, v3, v4])
                         T.writes(pool_max[v0, v1, v2, v3, v4])
                         pool_max[v0, v1, v2, v3, v4] = pool_max_local[v0, v1, v2, v3, v4]

@@ -1,5 +1,5 @@
 """TVM's fallback schedules, step for step, with the guards of their thread
-splits appended once: the Adreno ``Fallback`` (``schedule_default``, for
+splits appended once and blocks of whole rows: the Adreno ``Fallback`` (``schedule_default``, for
 kernels writing a texture) and the generic GPU ``Fallback`` (buffers only).
 
 The rule fuses a block's spatial loops and splits them over the target's
@@ -10,7 +10,10 @@ context of its own for every such split (about 4 ms, against 0.2 for a split
 that divides).  Here the split runs unguarded and its guard goes on the
 block as ``split`` puts it, bindings as ``split`` leaves them under a guard
 (:func:`texscope.backend.guards.split_over_threads`, as for layout
-transforms).  The scheduled kernel is the one TVM's rule makes: the tests
+transforms).  The threads per block are a whole number of the fused loops'
+rows up to the target's limit (:mod:`texscope.backend.thread_blocks`); where
+there is none of a useful size, the limit, as in TVM's rule.  The scheduled
+kernel is the one TVM's rule makes given that many threads: the tests
 compare them on every kernel of the zoo (and of the MediaPipe models, under
 ``real_models``) that TVM's rule schedules.
 """
@@ -27,6 +30,7 @@ from tvm.s_tir.dlight.gpu.fallback import _has_internal_thread_env  # pylint: di
 from tvm.target import Target
 
 from .guards import split_over_threads
+from . import thread_blocks
 
 
 def schedule_default(sch: s_tir.Schedule, block) -> None:
@@ -50,6 +54,7 @@ def schedule_default(sch: s_tir.Schedule, block) -> None:
     assert spatial
     target = Target.current(allow_none=True)
     threads = get_max_threads_per_block(target) if target is not None else 256
+    threads = thread_blocks.aligned_threads([sch.get(loop).extent for loop in spatial], threads)
     split_over_threads(sch, sch.fuse(*spatial), threads, [block])
     if len(reduce) > 1:
         at = [*spatial, *opaque_outer][-1]
@@ -130,7 +135,9 @@ def schedule_gpu_fallback(sch: s_tir.Schedule, threads: int) -> s_tir.Schedule |
             kinds[kind].append(loop)
         spatial = kinds["S"] or [sch.add_unit_loop(block)]
         sch.reorder(*spatial, *kinds["R"], *kinds["O"])
-        split_over_threads(sch, sch.fuse(*spatial), threads, [block])
+        extents = [sch.get(loop).extent for loop in spatial]
+        split_over_threads(sch, sch.fuse(*spatial), thread_blocks.aligned_threads(extents, threads),
+                           [block])
         if kinds["R"]:
             reductions.append((block, kinds["R"][0]))
     for block, loop in reductions:

@@ -1,5 +1,6 @@
 """The layout transform's schedule: TVM's Adreno ``LayoutTransform`` rule,
-step for step, with the guard of its thread split appended once.
+step for step, with the guard of its thread split appended once and blocks
+of whole rows.
 
 TVM's rule vectorizes the loops that index the innermost axis of the
 transform's input and output (through registers where the two differ), fuses
@@ -10,8 +11,11 @@ solver (:mod:`texscope.backend.guards`): most of the rule's time (splits
 took 11.8 ms of its 17.8 on inception's four packings).  Here that split
 runs unguarded and its guard goes on every block under the split loop, as
 ``split`` puts it (:func:`texscope.backend.guards.split_over_threads`).
-The scheduled kernel is the one TVM's rule makes (the tests compare them on
-every layout transform of the zoo and of the MediaPipe models).
+Its blocks hold a whole number of the fused loops' rows, up to 256
+(:mod:`texscope.backend.thread_blocks`), so that most such splits divide.
+The scheduled kernel is the one TVM's rule makes given that many threads
+(the tests compare them on every layout transform of the zoo and of the
+MediaPipe models).
 
 Of TVM's rule, two branches cannot run in TVM 0.27: where the input and the
 output are vectorized along one loop but by different lengths, it passes
@@ -25,9 +29,10 @@ from tvm import s_tir
 from tvm.s_tir.dlight import analysis
 
 from .guards import split_over_threads
+from . import thread_blocks
 
 LAYOUT_TRANSFORM_BLOCK = "te_layout_transform"
-# TVM's rule's threads per block.
+# TVM's rule's threads per block: the most a block of whole rows takes here.
 THREADS = 256
 
 
@@ -69,6 +74,7 @@ def schedule_layout_transform(sch: s_tir.Schedule) -> s_tir.Schedule | None:
         outer.append(lanes_outer)
         sch.vectorize(lanes)
         under_threads = [block]
-    split_over_threads(sch, sch.fuse(*outer), THREADS, under_threads)
+    threads = thread_blocks.aligned_threads([sch.get(loop).extent for loop in outer], THREADS)
+    split_over_threads(sch, sch.fuse(*outer), threads, under_threads)
     return sch
 

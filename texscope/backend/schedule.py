@@ -37,6 +37,7 @@ from ..knowledge.targets import TEXEL_LANES, is_texture_scope
 from .conv_schedule import CONV_BLOCK, schedule_packed_conv
 from .fallback_schedule import schedule_fallback, schedule_gpu_fallback
 from .guards import sblock_realize, split_over_threads
+from . import thread_blocks
 from .layout_schedule import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
 from .parallel import build_jobs, map_in_order
 from .reduction_schedule import schedule_general_reduction
@@ -207,7 +208,8 @@ class TexelWriter(dlight.ScheduleRule):
         *outer, lane = sch.get_loops(store)
         if len(outer) != 4 or sch.get(lane).extent.value != TEXEL_LANES:
             return None
-        threads = int(target.attrs.get("max_threads_per_block", 64))
+        threads = thread_blocks.aligned_threads([sch.get(loop).extent for loop in outer],
+                                  int(target.attrs.get("max_threads_per_block", 64)))
         fused = sch.fuse(*outer)
         sch.vectorize(lane)
         # Computed at the texel loop before it is split over the threads:
