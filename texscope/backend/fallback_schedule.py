@@ -1,6 +1,7 @@
 """TVM's fallback schedules, step for step, with the guards of their thread
-splits appended once and blocks of whole rows: the Adreno ``Fallback`` (``schedule_default``, for
-kernels writing a texture) and the generic GPU ``Fallback`` (buffers only).
+splits appended once and blocks of whole rows: the Adreno ``Fallback``
+(``schedule_default``, for kernels writing a texture) and the generic GPU
+``Fallback`` (buffers only).
 
 The rule fuses a block's spatial loops and splits them over the target's
 threads per block.  Where the threads do not divide the loop, TVM 0.27's

@@ -209,7 +209,7 @@ class TexelWriter(dlight.ScheduleRule):
         if len(outer) != 4 or sch.get(lane).extent.value != TEXEL_LANES:
             return None
         threads = thread_blocks.aligned_threads([sch.get(loop).extent for loop in outer],
-                                  int(target.attrs.get("max_threads_per_block", 64)))
+                                                int(target.attrs.get("max_threads_per_block", 64)))
         fused = sch.fuse(*outer)
         sch.vectorize(lane)
         # Computed at the texel loop before it is split over the threads:
