@@ -242,6 +242,7 @@ def test_tvms_compaction_sees_no_guard_of_a_kernel_allocating_registers(monkeypa
     monkeypatch.setattr(lowering, "_COMPACT", lambda mod: given.append(mod) or tvms(mod))
     for func in kernels:
         compacted = lowering._compacted(func)
+        assert tvm.s_tir.analysis.verify_well_formed(compacted)
         assert len(_guards_seen(compacted)) == len(_guards_seen(func))
     assert len(given) == len(kernels)
     assert not any(_guards_seen(mod) for mod in given)

@@ -56,6 +56,8 @@ def test_the_inception_blocks_pool_and_packings_run_on_blocks_of_whole_rows(monk
                if isinstance(func, tvm.tirx.PrimFunc)}
     assert threads["max_pool2d"] == 224
     assert threads["te_layout_transform"] == 196
+    assert all(tvm.s_tir.analysis.verify_well_formed(func)
+               for func in result.module.functions.values() if isinstance(func, tvm.tirx.PrimFunc))
     # Each thread finds its window with half the divisions and remainders.
     ours = _index_arithmetic(_pool_source(result))
     monkeypatch.setattr(thread_blocks, "aligned_threads", lambda _extents, limit: limit)
