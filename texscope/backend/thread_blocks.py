@@ -12,7 +12,7 @@ A block of threads that covers whole rows, or a whole divisor of one row,
 keeps the recovery to ``threadIdx.x % 112``, ``threadIdx.x >> 2``,
 ``blockIdx.x % 14``: the pool's OpenCL kernel then computes 6 remainders
 and 3 divisions instead of 12 and 9, and lowers in about half the time (a
-layout transform in 20 to 40% less).  :func:`aligned_threads` picks the
+layout transform in 10 to 40% less).  :func:`aligned_threads` picks the
 largest such count up to the limit.  Where the loops leave only small ones
 (prime extents), and where an extent is symbolic, it keeps the limit, as
 TVM's rules do.
