@@ -47,6 +47,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
+from ..ir.graph import handle
 from ..ir.tir import blocks_in, has_if_statement
 
 _COMPACT = s_tir.transform.CompactBufferAllocation()
@@ -76,8 +77,8 @@ _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
 def _guards_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict, dict] | None:
     """``func`` with every block predicate ``True`` and the condition of
     every ``if_then_else`` a variable of its own; the predicates by block
-    name and the conditions by variable.  None where two guarded blocks
-    share a name."""
+    name and the conditions by the variable's handle.  None where two
+    guarded blocks share a name."""
     predicates: dict = {}
     conditions: dict = {}
     clash = []
@@ -95,7 +96,7 @@ def _guards_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict, dict] |
         if not call.op.same_as(_IF_THEN_ELSE):
             return call
         stand_in = tirx.Var(f"texscope_condition{len(conditions)}", "bool")
-        conditions[stand_in] = call.args[0]
+        conditions[handle(stand_in)] = call.args[0]
         return tvm.ir.Call(call.op, [stand_in, *call.args[1:]], call.attrs, span=call.span,
                            ret_ty=call.ty)
 
@@ -110,7 +111,7 @@ def _guards_restored(func: tirx.PrimFunc, predicates: dict, conditions: dict) ->
     restored: dict = {}
 
     def condition(var):
-        return restored.get(var, var)
+        return restored.get(handle(var), var)
 
     for stand_in, held in conditions.items():
         restored[stand_in] = tvm_ffi.structural_map(held, (tirx.Var, condition))
