@@ -5,7 +5,9 @@ Target({"kind": "opencl"}, host="llvm"))``, buffers only) and
 ``texscope.build(mod, "adreno-opencl")``, after a warm-up of each, alternating
 (so load on the machine falls on both alike), garbage collection off while
 timing; printed: the medians, their ratio (the target is <= 0.5x), the
-stage of texscope's build that took longest, and the peak device memory of
+lowest and highest ratio of one repeat's two builds ("pairs": how far this
+machine's noise moves a single comparison), the stage of texscope's build
+that took longest, and the peak device memory of
 both builds (``texscope.backend.memory``: as the VM allocates after memory
 planning, TVM's for its build, texscope's storage assignment for texscope's
 (``texscope.backend.storage_plan``); for texscope also the texel padding in
@@ -118,8 +120,11 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**20:.2f}"
 
 
-def measure(mod, repeat: int) -> dict[str, float]:
-    """Medians: ``tvm_s``, ``texscope_s`` (wall), ``tvm_cpu_s``, ``texscope_cpu_s``."""
+def measure(mod, repeat: int) -> dict:
+    """Medians: ``tvm_s``, ``texscope_s`` (wall), ``tvm_cpu_s``, ``texscope_cpu_s``;
+    and ``pair_ratios``, texscope's wall time over TVM's in each repeat (the
+    two builds right after each other, so a drift of the machine's speed
+    falls on both)."""
     tools = {"tvm": tvm_generic, "texscope": texscope_build}
     for fn in tools.values():
         fn(mod)  # warm-up: lazily registered functions, caches
@@ -131,6 +136,8 @@ def measure(mod, repeat: int) -> dict[str, float]:
     for tool, runs in times.items():
         medians[f"{tool}_s"] = statistics.median(wall for wall, _ in runs)
         medians[f"{tool}_cpu_s"] = statistics.median(cpu for _, cpu in runs)
+    medians["pair_ratios"] = [round(ours[0] / theirs[0], 4)
+                              for theirs, ours in zip(times["tvm"], times["texscope"])]
     return medians
 
 
@@ -150,6 +157,12 @@ def _ratio(figures: dict | None, kind: str = "") -> float | None:
 
 def _x(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _spread(figures: dict) -> str:
+    """The lowest and highest ratio of one repeat's pair of builds."""
+    pairs = figures.get("pair_ratios") or []
+    return f"{min(pairs):.2f}-{max(pairs):.2f}" if pairs else "-"
 
 
 def _load() -> str:
@@ -176,7 +189,8 @@ def main(argv=None) -> None:
         JOBS["jobs"] = args.jobs
     print(f"load average at start: {_load()} on {os.cpu_count()} cores; texscope's threads: "
           f"{args.jobs or 'one per CPU'}")
-    print(f"{'model':<34} {'TVM generic s':>13} {'texscope s':>10} {'ratio':>6} {'CPU ratio':>9}  "
+    print(f"{'model':<34} {'TVM generic s':>13} {'texscope s':>10} {'ratio':>6} {'pairs':>9} "
+          f"{'CPU ratio':>9}  "
           f"{'before: ratio':>13} {'CPU ratio':>9}  {'load':>4}  "
           f"{'memory MiB: TVM':>15} {'texscope':>8} {'padding':>8}  texscope's longest stage")
     for name, load in found.items():
@@ -194,7 +208,7 @@ def main(argv=None) -> None:
         build = result.report.build
         generic = None if args.no_memory else generic_memory(mod)
         print(f"{name:<34} {figures['tvm_s']:>13.2f} {figures['texscope_s']:>10.2f} "
-              f"{_x(_ratio(figures)):>6} {_x(_ratio(figures, '_cpu')):>9}  "
+              f"{_x(_ratio(figures)):>6} {_spread(figures):>9} {_x(_ratio(figures, '_cpu')):>9}  "
               f"{_x(_ratio(before.get(name))):>13} {_x(_ratio(before.get(name), '_cpu')):>9}  "
               f"{_load():>4}  {_mib(generic):>15} "
               f"{_mib(None if args.no_memory else build.get('memory_peak_bytes')):>8} "
