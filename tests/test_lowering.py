@@ -9,6 +9,7 @@ from tvm.s_tir.backend.adreno import pipeline as tvm_adreno
 
 import texscope
 from texscope.backend import lowering
+from texscope.backend.hidden_conditions import conditions_shown
 from texscope.frontend.tflite_model import load_tflite
 from texscope.ir.tir import has_if_statement
 from texscope.models import zoo
@@ -45,7 +46,7 @@ def _names(pipeline, depth, mod, **config):
 
 @pytest.mark.parametrize("config", [{}, {"tirx.disable_storage_rewrite": True,
                                          "tirx.disable_cse_tir": True}])
-def test_the_pipeline_is_tvms_adreno_one_but_for_texel_stores_compaction_and_hoisting(config):
+def test_the_pipeline_is_tvms_adreno_one_but_for_stores_compaction_hoisting_and_conditions(config):
     before_lowering = _Before("texscope.AdrenoTIRPipeline")
     with tvm.transform.PassContext(instruments=[before_lowering]):
         texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
@@ -55,11 +56,20 @@ def test_the_pipeline_is_tvms_adreno_one_but_for_texel_stores_compaction_and_hoi
     assert _TVMS in theirs and theirs.count(_FLATTEN) == 1 and theirs.count(_HOISTING) == 1
     ours_instead = {_TVMS: "texscope.CompactUnguarded",
                     _HOISTING: "texscope.HoistIfThenElseWhereAny"}
+    # Conditions hidden from the start to the int64 narrowing, and from
+    # vectorization to the end of the clean-up.
+    shown_before = {_FLATTEN: "texscope.HideConditions",
+                    "tirx.NarrowDataType": "texscope.ShowConditions",
+                    "tirx.FP8ComputeLegalize": "texscope.ShowConditions"}
     expected = []
     for name in theirs:
+        if name in shown_before:
+            expected.append(shown_before[name])
         expected.append(ours_instead.get(name, name))
         if name == _FLATTEN:
             expected.append("texscope.RetypeTextureStore")
+        if name == "tirx.VectorizeLoop":
+            expected.append("texscope.HideConditions")
     assert ours == expected
 
 
@@ -90,15 +100,18 @@ def _kernels_before_compaction(mod):
 
 
 def _assert_compacted_as_tvm_does(mod) -> int:
-    """Compares every kernel; returns how many were compacted with guards set aside."""
+    """Compares every kernel with TVM's pass given it with its conditions in
+    sight; returns how many were compacted with guards out of the pass's sight
+    (predicates set aside, conditions hidden)."""
     kernels = _kernels_before_compaction(mod)
     unguarded = 0
     for gvar, func in kernels:
-        theirs = tvm.s_tir.transform.CompactBufferAllocation()(tvm.IRModule({gvar: func}))[gvar]
-        tvm.ir.assert_structural_equal(lowering._compacted(func), theirs)
+        shown = conditions_shown(func)
+        theirs = tvm.s_tir.transform.CompactBufferAllocation()(tvm.IRModule({gvar: shown}))[gvar]
+        tvm.ir.assert_structural_equal(conditions_shown(lowering._compacted(func)), theirs)
         if lowering._allocated_scopes(func) <= {"local", "global"}:
-            _, predicates, conditions = lowering._guards_set_aside(func)
-            unguarded += bool(predicates or conditions)
+            _, predicates = lowering._predicates_set_aside(func)
+            unguarded += bool(predicates or _guards_seen(shown))
     return unguarded
 
 
@@ -139,7 +152,7 @@ def test_a_kernel_sharing_memory_keeps_tvms_compaction(monkeypatch):
     def refuse(_func):
         raise AssertionError("predicates set aside in a kernel with shared memory")
 
-    monkeypatch.setattr(lowering, "_guards_set_aside", refuse)
+    monkeypatch.setattr(lowering, "_predicates_set_aside", refuse)
     for func in shared:
         lowering._compacted(func)
 
@@ -232,10 +245,11 @@ def _guards_seen(mod) -> list:
 
 def test_tvms_compaction_sees_no_guard_of_a_kernel_allocating_registers(monkeypatch):
     """A padded conv's register cache holds its texel under the padding's
-    bounds test: TVM's pass is given that test, and the tiles' guards, as
-    stand-ins, and the kernel gets them back."""
+    bounds test: TVM's pass is given the kernel with that test hidden and
+    the tiles' guards set aside, and the kernel gets the guards back."""
     kernels = [func for _, func in _kernels_before_compaction(zoo.NETWORKS["inception"]())
-               if lowering._allocated_scopes(func) == {"local"} and _guards_seen(func)]
+               if lowering._allocated_scopes(func) == {"local"}
+               and _guards_seen(conditions_shown(func))]
     assert kernels
     given = []
     tvms = lowering._COMPACT
@@ -244,5 +258,7 @@ def test_tvms_compaction_sees_no_guard_of_a_kernel_allocating_registers(monkeypa
         compacted = lowering._compacted(func)
         assert tvm.s_tir.analysis.verify_well_formed(compacted)
         assert len(_guards_seen(compacted)) == len(_guards_seen(func))
+        assert len(_guards_seen(conditions_shown(compacted))) == \
+            len(_guards_seen(conditions_shown(func)))
     assert len(given) == len(kernels)
     assert not any(_guards_seen(mod) for mod in given)

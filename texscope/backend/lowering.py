@@ -1,12 +1,14 @@
-"""TVM's Adreno TIR lowering, with its texel stores retyped and kernel
-buffers compacted unguarded.
+"""TVM's Adreno TIR lowering, with its texel stores retyped, kernel
+buffers compacted unguarded and ``if_then_else`` conditions hidden where no
+pass needs them.
 
 The passes are those of TVM 0.27's Adreno pipeline
 (``tvm.s_tir.backend.adreno.pipeline``), in its order and under the same
 ``PassContext`` options, but for :data:`RetypeTextureStore` right after
 ``TextureFlatten``, ``CompactBufferAllocation``, which is
-:data:`CompactUnguarded` here, and ``HoistIfThenElse``, which runs on
-kernels with an ``if`` statement only (:data:`HoistIfThenElseWhereAny`).
+:data:`CompactUnguarded` here, ``HoistIfThenElse``, which runs on kernels
+with an ``if`` statement only (:data:`HoistIfThenElseWhereAny`), and
+:data:`HideConditions` / :data:`ShowConditions` around two stretches.
 
 TVM 0.27 writes wrong texels: TextureFlatten types each ``texture2d_store``
 call with the image's pointer type, VectorizeLoop then takes the call for a
@@ -15,20 +17,33 @@ stores one broadcast value.  ``RetypeTextureStore`` gives the store a
 primitive type, so the lanes are packed into one ``write_imagef`` (found by
 running the kernels on PoCL).
 
+Conditions are hidden (:mod:`texscope.backend.hidden_conditions`) from the
+start to the int64 narrowing, which may bound an index by one, and from
+vectorization, which has its own handling of ``if_then_else``, to the end of
+the clean-up (simplification, no-op removal, common subexpressions); the
+device's last simplification, after the host/device split, sees them all
+again.  Kernels allocating shared memory keep theirs (the thread
+synchronization and compaction of what threads share read them), as does
+every kernel where ``if_then_else`` expressions are to be hoisted, bound
+checks instrumented or loads made PTX ``ldg32`` (the passes doing so read
+them).  On every kernel of the zoo and of the MediaPipe
+models the OpenCL source is the one TVM's passes write with conditions in
+sight (a test compares them); the TIR before that last simplification may
+still hold a nested ``if_then_else`` it merges.  Inception's build took 13%
+less CPU time, mobilenet_v2's and unet's 5 to 6%.
+
 TVM's pass narrows each buffer's accessed region by the predicates of the
 blocks accessing it (the guards of non-dividing splits) and by the
-condition of every ``if_then_else`` around an access (a padded conv's
-bounds test on the texel its register cache reads).  On a scheduled conv
+condition of every ``if_then_else`` around an access.  On a scheduled conv
 that analysis is most of the pass: 2 to 10 ms a kernel, about as long as
-scheduling it; on inception's padded conv, the conditions were 8 of its
-9.6 ms.  A kernel allocating registers (``local``) and global scratch only
-is compacted here with its predicates and conditions set aside (each
-condition a variable of its own) and put back after.  Without them a
-region can only be wider, so a buffer never comes out too small; on every
-kernel of the zoo and of the MediaPipe models it comes out the size TVM
-makes it (a test compares them).  Kernels with shared memory, where a guard
-on the threads may bound what a block shares, keep TVM's pass; kernels
-allocating nothing skip it (it would return them unchanged).
+scheduling it.  A kernel allocating registers (``local``) and global scratch
+only is compacted here with its predicates set aside and put back after
+(and its conditions hidden).  Without them a region can only be wider, so a
+buffer never comes out too small; on every kernel of the zoo and of the
+MediaPipe models it comes out the size TVM makes it (a test compares them).
+Kernels with shared memory, where a guard on the threads may bound what a
+block shares, keep TVM's pass; kernels allocating nothing skip it (it would
+return them unchanged).
 
 ``HoistIfThenElse`` moves ``if`` statements out of loops that do not change
 their condition, then simplifies the kernel and removes no-ops again.  A
@@ -47,8 +62,8 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from ..ir.graph import handle
-from ..ir.tir import blocks_in, has_if_statement
+from ..ir.tir import allocated_scopes, has_if_statement
+from .hidden_conditions import conditions_hidden, conditions_shown
 
 _COMPACT = s_tir.transform.CompactBufferAllocation()
 _TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")
@@ -68,19 +83,13 @@ def RetypeTextureStore(func, _mod, _ctx):  # pylint: disable=invalid-name
 
 
 def _allocated_scopes(func: tirx.PrimFunc) -> set[str]:
-    return {buffer.scope() for block in blocks_in(func.body) for buffer in block.alloc_buffers}
+    return allocated_scopes(func.body)
 
 
-_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
-
-
-def _guards_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict, dict] | None:
-    """``func`` with every block predicate ``True`` and the condition of
-    every ``if_then_else`` a variable of its own; the predicates by block
-    name and the conditions by the variable's handle.  None where two
-    guarded blocks share a name."""
+def _predicates_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict] | None:
+    """``func`` with every block predicate ``True``, and the predicates by
+    block name; None where two guarded blocks share a name."""
     predicates: dict = {}
-    conditions: dict = {}
     clash = []
 
     def unguard(realize):
@@ -92,37 +101,18 @@ def _guards_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict, dict] |
         predicates[name] = realize.predicate
         return s_tir.SBlockRealize(realize.iter_values, tirx.const(True, "bool"), realize.block)
 
-    def uncondition(call):
-        if not call.op.same_as(_IF_THEN_ELSE):
-            return call
-        stand_in = tirx.Var(f"texscope_condition{len(conditions)}", "bool")
-        conditions[handle(stand_in)] = call.args[0]
-        return tvm.ir.Call(call.op, [stand_in, *call.args[1:]], call.attrs, span=call.span,
-                           ret_ty=call.ty)
-
-    stripped = tvm_ffi.structural_map(func, [(s_tir.SBlockRealize, unguard),
-                                             (tvm.ir.Call, uncondition)])
-    return None if clash else (stripped, predicates, conditions)
+    stripped = tvm_ffi.structural_map(func, (s_tir.SBlockRealize, unguard))
+    return None if clash else (stripped, predicates)
 
 
-def _guards_restored(func: tirx.PrimFunc, predicates: dict, conditions: dict) -> tirx.PrimFunc:
-    # A condition set aside may hold an if_then_else set aside before it
-    # (the map works inside out): each is restored with those before it.
-    restored: dict = {}
-
-    def condition(var):
-        return restored.get(handle(var), var)
-
-    for stand_in, held in conditions.items():
-        restored[stand_in] = tvm_ffi.structural_map(held, (tirx.Var, condition))
-
+def _predicates_restored(func: tirx.PrimFunc, predicates: dict) -> tirx.PrimFunc:
     def guard(realize):
         predicate = predicates.get(realize.block.name_hint)
         if predicate is None:
             return realize
         return s_tir.SBlockRealize(realize.iter_values, predicate, realize.block)
 
-    return tvm_ffi.structural_map(func, [(s_tir.SBlockRealize, guard), (tirx.Var, condition)])
+    return tvm_ffi.structural_map(func, (s_tir.SBlockRealize, guard))
 
 
 def _compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -133,19 +123,18 @@ def _compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
         return func
     if scopes - {"local", "global"}:
         return _COMPACT(tvm.IRModule({"main": func}))["main"]
-    unguarded = _guards_set_aside(func)
+    unguarded = _predicates_set_aside(func)
     if unguarded is None:
         return _COMPACT(tvm.IRModule({"main": func}))["main"]
-    stripped, predicates, conditions = unguarded
-    compacted = _COMPACT(tvm.IRModule({"main": stripped}))["main"]
-    return _guards_restored(compacted, predicates, conditions)
+    stripped, predicates = unguarded
+    return _predicates_restored(_COMPACT(tvm.IRModule({"main": stripped}))["main"], predicates)
 
 
 @tvm.transform.module_pass(opt_level=0, name="texscope.CompactUnguarded")
 def CompactUnguarded(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=invalid-name
     """``CompactBufferAllocation``, kernels without shared memory compacted
-    without their block predicates and if_then_else conditions (see the
-    module docstring)."""
+    without their block predicates (and their if_then_else conditions
+    hidden: see the module docstring)."""
     functions = {gvar: _compacted(func) if isinstance(func, tirx.PrimFunc) else func
                  for gvar, func in mod.functions.items()}
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
@@ -176,11 +165,34 @@ def _option(name: str) -> bool:
     return bool(tvm.transform.PassContext.current().config.get(name, False))
 
 
+def _keeps_conditions(func: tirx.PrimFunc) -> bool:
+    """Whether a pass between the hiding points may need ``func``'s
+    ``if_then_else`` conditions (see the module docstring)."""
+    return (bool(_allocated_scopes(func) - {"local", "global"})
+            or _hoists_more_than_statements(func)
+            or _option("tirx.instrument_bound_checkers")
+            or _option("tirx.s_tir.ldg32"))
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="texscope.HideConditions")
+def HideConditions(func, _mod, _ctx):  # pylint: disable=invalid-name
+    """Hide ``func``'s ``if_then_else`` conditions from the passes that follow
+    (:mod:`texscope.backend.hidden_conditions`), unless it keeps them."""
+    return func if _keeps_conditions(func) else conditions_hidden(func)
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="texscope.ShowConditions")
+def ShowConditions(func, _mod, _ctx):  # pylint: disable=invalid-name
+    """Show every hidden ``if_then_else`` condition again."""
+    return conditions_shown(func)
+
+
 def adreno_tir_passes() -> list:
     """TVM's Adreno TIR pipeline as a list, under the current PassContext's
     options, :data:`RetypeTextureStore` after ``TextureFlatten`` and
     :data:`CompactUnguarded` in place of ``CompactBufferAllocation``."""
     passes = [
+        HideConditions,
         s_tir.backend.adreno.transform.TextureFlatten(),
         RetypeTextureStore,
         s_tir.transform.CanonicalizeLoop(),
@@ -203,9 +215,13 @@ def adreno_tir_passes() -> list:
         s_tir.backend.adreno.transform.InjectTextureAlloc(),
         tirx.transform.FlattenBuffer(),
         tirx.transform.BF16ComputeLegalize(),
+        # The narrowing may bound an index by a condition, partitioning reads
+        # them, and vectorizing handles if_then_else on its own.
+        ShowConditions,
         tirx.transform.NarrowDataType(32),
         s_tir.transform.LoopPartition(),
         tirx.transform.VectorizeLoop(not _option("tirx.disable_vectorize")),
+        HideConditions,
         s_tir.transform.InjectVirtualThread(),
         s_tir.transform.InjectDoubleBuffer(),
     ]
@@ -230,6 +246,7 @@ def adreno_tir_passes() -> list:
     if _option("tirx.instrument_lwp"):
         passes.append(s_tir.transform.InstrumentProfileIntrinsics())
     passes += [
+        ShowConditions,
         tirx.transform.FP8ComputeLegalize(),
         s_tir.transform.VerifyVTCMLimit(),
         s_tir.transform.LowerVtcmAlloc(),

@@ -29,6 +29,23 @@ def blocks_in(stmt, nested: bool = True) -> list:
     return found
 
 
+def allocated_scopes(stmt) -> set[str]:
+    """The memory scopes of the buffers ``stmt`` allocates: in its blocks
+    (scheduled TIR) or by allocation statements (once blocks are lowered)."""
+    scopes = set()
+
+    def on_block(block, visitor):
+        scopes.update(buffer.scope() for buffer in block.alloc_buffers)
+        return visitor.visit(block.body)
+
+    def on_allocation(allocation, _visitor):
+        scopes.add(allocation.buffer.scope())
+
+    tvm_ffi.structural_visit(stmt, [(s_tir.stmt.SBlock, on_block), (tirx.AllocBuffer, on_allocation),
+                                    (_NO_STATEMENT_BELOW, _pruned)])
+    return scopes
+
+
 def has_if_statement(stmt) -> bool:
     """Whether ``stmt`` holds an ``if`` statement (``if_then_else``
     expressions do not count)."""
