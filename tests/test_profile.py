@@ -21,7 +21,7 @@ from texscope.knowledge.registry import Storage
 
 ROOT = Path(__file__).parent.parent
 RULES = str(Path(__file__).parent / "modules" / "rules.py")
-TINY = dict(shapes=((8, 8),), repeats=1, copy_sizes=(1, 256, 4096))
+TINY = dict(shapes=((8, 8),), repeats=1, copy_sizes=(1, 65536))
 
 
 @pytest.fixture(scope="module")
