@@ -189,8 +189,10 @@ def ShowConditions(func, _mod, _ctx):  # pylint: disable=invalid-name
 
 def adreno_tir_passes() -> list:
     """TVM's Adreno TIR pipeline as a list, under the current PassContext's
-    options, :data:`RetypeTextureStore` after ``TextureFlatten`` and
-    :data:`CompactUnguarded` in place of ``CompactBufferAllocation``."""
+    options, :data:`RetypeTextureStore` after ``TextureFlatten``,
+    :data:`CompactUnguarded` and :data:`HoistIfThenElseWhereAny` in place of
+    TVM's compaction and hoisting, and conditions hidden over two stretches
+    (:data:`HideConditions` to :data:`ShowConditions`)."""
     passes = [
         HideConditions,
         s_tir.backend.adreno.transform.TextureFlatten(),
