@@ -53,6 +53,7 @@ def test_a_condition_is_hidden_as_a_pure_call_and_shown_as_it_was():
     assert HIDDEN_IF_THEN_ELSE == "texscope_if_then_else"
     hidden = conditions_hidden(padded_copy)
     tvm.ir.assert_structural_equal(hidden, padded_copy_hidden)
+    assert tvm.tirx.analysis.verify_well_formed(hidden)
     tvm.ir.assert_structural_equal(conditions_shown(hidden), padded_copy)
 
 
@@ -152,6 +153,19 @@ def test_tvms_simplification_and_clean_up_see_no_condition_of_a_kernel_allocatin
 ])
 def test_conditions_stay_in_sight_where_bound_checks_hoisting_or_ldg32_read_them(config):
     assert all(held == 0 for _, _, held in _pipeline_passes(config))
+
+
+def test_a_scheduled_kernel_with_its_conditions_hidden_is_well_formed():
+    kernels = []
+    capture = _Before("texscope.HideConditions", kernels)
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
+    padded = [f for k in kernels[:1] for f in k.functions.values() if sum(_count(f))]
+    assert padded
+    for func in padded:
+        hidden = conditions_hidden(func)
+        assert _count(hidden)[0] == 0 and tvm.s_tir.analysis.verify_well_formed(hidden)
+        tvm.ir.assert_structural_equal(conditions_shown(hidden), func)
 
 
 def test_a_kernel_sharing_memory_keeps_its_conditions():
