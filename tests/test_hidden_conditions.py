@@ -11,6 +11,7 @@ from texscope.backend import lowering
 from texscope.backend.hidden_conditions import HIDDEN_IF_THEN_ELSE, conditions_hidden, conditions_shown
 from texscope.frontend.tflite_model import load_tflite
 from texscope.models import zoo
+from test_lowering import _Before
 from test_real_models import IMPORTABLE
 
 _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
@@ -97,28 +98,23 @@ def _count(func) -> tuple[int, int]:
     return visible, hidden
 
 
+def _inception_given_to(pass_name: str) -> list:
+    """The modules a build of the inception block gives the passes of this name."""
+    capture = _Before(pass_name)
+    with tvm.transform.PassContext(instruments=[capture]):
+        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
+    return capture.modules
+
+
 def _pipeline_passes(config=None) -> list:
     """Inception's kernels through texscope's TIR pipeline: each pass with the
     conditions it was given."""
-    kernels = []
-    capture = _Before("texscope.AdrenoTIRPipeline", kernels)
-    with tvm.transform.PassContext(instruments=[capture]):
-        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
+    (kernels,) = _inception_given_to("texscope.AdrenoTIRPipeline")
     seen = _ConditionsInSight()
     with tvm.transform.PassContext(instruments=[seen], config=config or {}):
-        lowering.adreno_tir_pipeline(kernels[0])
+        lowering.adreno_tir_pipeline(kernels)
     return [entry for entry in seen.passes if entry[0] not in
             ("texscope.AdrenoTIRPipeline", "sequential")]
-
-
-@tvm.instrument.pass_instrument
-class _Before:
-    def __init__(self, pass_name, modules):
-        self.pass_name, self.modules = pass_name, modules
-
-    def run_before_pass(self, mod, info):
-        if info.name == self.pass_name:
-            self.modules.append(mod)
 
 
 def test_tvms_simplification_and_clean_up_see_no_condition_of_a_kernel_allocating_registers():
@@ -156,11 +152,9 @@ def test_conditions_stay_in_sight_where_bound_checks_hoisting_or_ldg32_read_them
 
 
 def test_a_scheduled_kernel_with_its_conditions_hidden_is_well_formed():
-    kernels = []
-    capture = _Before("texscope.HideConditions", kernels)
-    with tvm.transform.PassContext(instruments=[capture]):
-        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
-    padded = [f for k in kernels[:1] for f in k.functions.values() if sum(_count(f))]
+    # The first hiding point is given the scheduled kernels.
+    scheduled = _inception_given_to("texscope.HideConditions")[0]
+    padded = [f for f in scheduled.functions.values() if sum(_count(f))]
     assert padded
     for func in padded:
         hidden = conditions_hidden(func)
@@ -169,11 +163,7 @@ def test_a_scheduled_kernel_with_its_conditions_hidden_is_well_formed():
 
 
 def test_a_kernel_sharing_memory_keeps_its_conditions():
-    kernels = []
-    capture = _Before("texscope.HideConditions", kernels)
-    with tvm.transform.PassContext(instruments=[capture]):
-        texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
-    shared = [f for k in kernels for f in k.functions.values()
+    shared = [f for k in _inception_given_to("texscope.HideConditions") for f in k.functions.values()
               if "shared" in lowering._allocated_scopes(f)]
     assert shared and all(lowering._keeps_conditions(f) for f in shared)
     assert all(lowering.HideConditions(tvm.IRModule({"main": f}))["main"].same_as(f)

@@ -225,8 +225,7 @@ def test_an_if_statement_is_told_from_an_if_then_else_expression():
 
 
 def _guards_seen(mod) -> list:
-    """Block predicates other than True, and if_then_else conditions other
-    than a bare variable, in ``mod``."""
+    """Block predicates other than True, and if_then_else conditions, in ``mod``."""
     found = []
 
     def on_realize(realize):
@@ -235,7 +234,7 @@ def _guards_seen(mod) -> list:
         return realize
 
     def on_call(call):
-        if call.op.same_as(_IF_THEN_ELSE) and not isinstance(call.args[0], tvm.tirx.Var):
+        if call.op.same_as(_IF_THEN_ELSE):
             found.append(call.args[0])
         return call
 
