@@ -51,9 +51,8 @@ from pathlib import Path
 import tvm
 
 import texscope
-from texscope.models import corpus, zoo
-from texscope.frontend.tflite_model import failure_reason, load_tflite
-from _cli import model_files, refuse_unknown
+from texscope.models import zoo
+from _cli import ZOO, chosen_models, loaded
 try:
     from texscope.backend.memory import MemoryCapture, device_memory
     from texscope.diagnostics.pass_timing import render
@@ -68,19 +67,6 @@ except ImportError:
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
-ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
-
-
-def models(names: list[str]) -> dict[str, object]:
-    """name -> a loader, for the zoo and every .tflite of the corpus."""
-    found = {f"zoo/{name}": zoo.NETWORKS[name] for name in ZOO}
-    for name, path in sorted(corpus.mediapipe_models().items()):
-        found[name] = lambda path=path: load_tflite(path)
-    if names:
-        found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
-    for name, path in model_files(names).items():
-        found[name] = lambda path=path: load_tflite(path)
-    return found
 
 
 def _timed(fn, mod) -> tuple[float, float]:
@@ -179,10 +165,7 @@ def main(argv=None) -> None:
     parser.add_argument("--save", type=Path, help="write the medians here (JSON)")
     parser.add_argument("--before", type=Path, help="medians --save wrote earlier")
     args = parser.parse_args(argv)
-    every = models([])  # named as listed, or a zoo network by its own name
-    refuse_unknown(parser, args.models, [*every, *(key[4:] for key in every if key.startswith("zoo/")),
-                                         *model_files(args.models).values()])
-    found = models(args.models)
+    found = chosen_models(parser, args.models, {name: zoo.NETWORKS[name] for name in ZOO})
     before = json.loads(args.before.read_text()) if args.before else {}
     saved = {}
     if args.jobs:
@@ -193,12 +176,7 @@ def main(argv=None) -> None:
           f"{'CPU ratio':>9}  "
           f"{'before: ratio':>13} {'CPU ratio':>9}  {'load':>4}  "
           f"{'memory MiB: TVM':>15} {'texscope':>8} {'padding':>8}  texscope's longest stage")
-    for name, load in found.items():
-        try:
-            mod = load()
-        except Exception as err:  # the importer's own errors: report, go on
-            print(f"{name:<34} skipped: {type(err).__name__}: {failure_reason(err)[:110]}")
-            continue
+    for name, mod in loaded(found, 34):
         figures = measure(mod, args.repeat)
         saved[name] = figures
         result = profiled(mod, args.repeat) if args.profile else texscope.build(mod, TEXSCOPE)

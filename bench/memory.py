@@ -59,33 +59,22 @@ from texscope.backend import upstream
 from texscope.backend.memory import (TVM_PLANNER, MemoryCapture, buffers_as_images_peak,
                                      device_memory)
 from texscope.backend.storage_plan import PlanStorages
-from texscope.frontend.tflite_model import failure_reason, load_tflite
 from texscope.knowledge.targets import texture_target
-from texscope.models import corpus, zoo
-from _cli import model_files, refuse_unknown
+from texscope.models import zoo
+from _cli import ZOO, chosen_models, loaded
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
-ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 PLANNER_PASS = "texscope.PlanStorages"
 
 
-def models(names: list[str], constants: bool = False, lift: bool = False) -> dict[str, object]:
-    """name -> a loader, for the zoo and every .tflite of the corpus (the zoo
-    alone where ``lift``: the corpus's weights are constants)."""
-    found = {f"zoo/{name}": zoo.NETWORKS[name] for name in ZOO}
+def zoo_loaders(constants: bool = False, lift: bool = False) -> dict[str, object]:
+    """network -> a loader of the zoo's, its weights constants or lifted as asked."""
     if constants:
-        found = {name: lambda load=load: zoo.with_constant_weights(load()) for name, load in found.items()}
+        return {name: lambda name=name: zoo.with_constant_weights(zoo.NETWORKS[name]()) for name in ZOO}
     if lift:
-        found = {name: lambda load=load: zoo.with_declared_weights(load()) for name, load in found.items()}
-    else:
-        for name, path in sorted(corpus.mediapipe_models().items()):
-            found[name] = lambda path=path: load_tflite(path)
-    if names:
-        found = {k: v for k, v in found.items() if k in names or k.split("/")[-1] in names}
-    for name, path in model_files(names).items():
-        found[name] = lambda path=path: load_tflite(path)
-    return found
+        return {name: lambda name=name: zoo.with_declared_weights(zoo.NETWORKS[name]()) for name in ZOO}
+    return {name: zoo.NETWORKS[name] for name in ZOO}
 
 
 @tvm.instrument.pass_instrument
@@ -160,21 +149,15 @@ def main(argv=None) -> None:
     weights.add_argument("--constants", action="store_true")
     weights.add_argument("--lift-weights", action="store_true")
     args = parser.parse_args(argv)
-    every = models([])  # named as listed, or a zoo network by its own name
-    refuse_unknown(parser, args.models, [*every, *(key[4:] for key in every if key.startswith("zoo/")),
-                                         *model_files(args.models).values()])
-    found = models(args.models, args.constants, args.lift_weights)
+    # --lift-weights: the zoo alone (the corpus's weights are constants)
+    found = chosen_models(parser, args.models, zoo_loaders(args.constants, args.lift_weights),
+                          corpus_too=not args.lift_weights)
     print("peak device memory, MiB")
     print(f"{'model':<30} {'all-buffer':>10} {'all-buffer, ours':>16} {'TVM adreno':>10} {'ratio':>6} "
           f"{'texscope, TVM planner':>21} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
           f"{'padding':>8} {'inputs+':>8} {'over':>7}  {'pooled: all-buffer':>18} "
           f"{'TVM planner':>11} {'texscope':>8}")
-    for name, load in found.items():
-        try:
-            mod = load()
-        except Exception as err:  # the importer's own errors: report, go on
-            print(f"{name:<30} skipped: {type(err).__name__}: {failure_reason(err)[:110]}")
-            continue
+    for name, mod in loaded(found, 30):
         r = row(mod, args.lift_weights)
         base = r["all-buffer"]
 
