@@ -70,11 +70,9 @@ PLANNER_PASS = "texscope.PlanStorages"
 
 def zoo_loaders(constants: bool = False, lift: bool = False) -> dict[str, object]:
     """network -> a loader of the zoo's, its weights constants or lifted as asked."""
-    if constants:
-        return {name: lambda name=name: zoo.with_constant_weights(zoo.NETWORKS[name]()) for name in ZOO}
-    if lift:
-        return {name: lambda name=name: zoo.with_declared_weights(zoo.NETWORKS[name]()) for name in ZOO}
-    return {name: zoo.NETWORKS[name] for name in ZOO}
+    prepared = (zoo.with_constant_weights if constants else
+                zoo.with_declared_weights if lift else lambda mod: mod)
+    return {name: lambda name=name: prepared(zoo.NETWORKS[name]()) for name in ZOO}
 
 
 @tvm.instrument.pass_instrument

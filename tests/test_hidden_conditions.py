@@ -10,6 +10,7 @@ import texscope
 from texscope.backend import lowering
 from texscope.backend.hidden_conditions import HIDDEN_IF_THEN_ELSE, conditions_hidden, conditions_shown
 from texscope.frontend.tflite_model import load_tflite
+from texscope.ir.tir import allocated_scopes
 from texscope.models import zoo
 from test_lowering import _Before
 from test_real_models import IMPORTABLE
@@ -83,7 +84,7 @@ class _ConditionsInSight:
         visible = hidden = 0
         for func in mod.functions.values():
             if isinstance(func, tvm.tirx.PrimFunc) and \
-                    lowering._allocated_scopes(func) <= {"local", "global"}:
+                    allocated_scopes(func.body) <= {"local", "global"}:
                 v, h = _count(func)
                 visible, hidden = visible + v, hidden + h
         self.passes.append((info.name, visible, hidden))
@@ -164,7 +165,7 @@ def test_a_scheduled_kernel_with_its_conditions_hidden_is_well_formed():
 
 def test_a_kernel_sharing_memory_keeps_its_conditions():
     shared = [f for k in _inception_given_to("texscope.HideConditions") for f in k.functions.values()
-              if "shared" in lowering._allocated_scopes(f)]
+              if "shared" in allocated_scopes(f.body)]
     assert shared and all(lowering._keeps_conditions(f) for f in shared)
     assert all(lowering.HideConditions(tvm.IRModule({"main": f}))["main"].same_as(f)
                for f in shared)

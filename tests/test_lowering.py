@@ -11,7 +11,7 @@ import texscope
 from texscope.backend import lowering
 from texscope.backend.hidden_conditions import conditions_shown
 from texscope.frontend.tflite_model import load_tflite
-from texscope.ir.tir import has_if_statement
+from texscope.ir.tir import allocated_scopes, has_if_statement
 from texscope.models import zoo
 from test_real_models import IMPORTABLE
 
@@ -109,7 +109,7 @@ def _assert_compacted_as_tvm_does(mod) -> int:
         shown = conditions_shown(func)
         theirs = tvm.s_tir.transform.CompactBufferAllocation()(tvm.IRModule({gvar: shown}))[gvar]
         tvm.ir.assert_structural_equal(conditions_shown(lowering._compacted(func)), theirs)
-        if lowering._allocated_scopes(func) <= {"local", "global"}:
+        if allocated_scopes(func.body) <= {"local", "global"}:
             _, predicates = lowering._predicates_set_aside(func)
             unguarded += bool(predicates or _guards_seen(shown))
     return unguarded
@@ -133,7 +133,7 @@ def test_a_kernel_allocating_nothing_skips_compaction(monkeypatch):
     return it unchanged (the tests above compare every kernel), so it is
     not run."""
     kernels = _kernels_before_compaction(zoo.NETWORKS["inception"]())
-    bare = [func for _, func in kernels if not lowering._allocated_scopes(func)]
+    bare = [func for _, func in kernels if not allocated_scopes(func.body)]
     assert bare
 
     def refuse(_mod):
@@ -146,7 +146,7 @@ def test_a_kernel_allocating_nothing_skips_compaction(monkeypatch):
 
 def test_a_kernel_sharing_memory_keeps_tvms_compaction(monkeypatch):
     kernels = _kernels_before_compaction(zoo.NETWORKS["inception"]())
-    shared = [func for _, func in kernels if "shared" in lowering._allocated_scopes(func)]
+    shared = [func for _, func in kernels if "shared" in allocated_scopes(func.body)]
     assert shared
 
     def refuse(_func):
@@ -247,7 +247,7 @@ def test_tvms_compaction_sees_no_guard_of_a_kernel_allocating_registers(monkeypa
     bounds test: TVM's pass is given the kernel with that test hidden and
     the tiles' guards set aside, and the kernel gets the guards back."""
     kernels = [func for _, func in _kernels_before_compaction(zoo.NETWORKS["inception"]())
-               if lowering._allocated_scopes(func) == {"local"}
+               if allocated_scopes(func.body) == {"local"}
                and _guards_seen(conditions_shown(func))]
     assert kernels
     given = []

@@ -82,10 +82,6 @@ def RetypeTextureStore(func, _mod, _ctx):  # pylint: disable=invalid-name
     return tvm_ffi.structural_map(func, (tvm.ir.Call, _primitive_store))
 
 
-def _allocated_scopes(func: tirx.PrimFunc) -> set[str]:
-    return allocated_scopes(func.body)
-
-
 def _predicates_set_aside(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, dict] | None:
     """``func`` with every block predicate ``True``, and the predicates by
     block name; None where two guarded blocks share a name."""
@@ -116,7 +112,7 @@ def _predicates_restored(func: tirx.PrimFunc, predicates: dict) -> tirx.PrimFunc
 
 
 def _compacted(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    scopes = _allocated_scopes(func)
+    scopes = allocated_scopes(func.body)
     if not scopes:
         # The pass resizes allocated buffers only; its analysis of every
         # access still costs up to 3 ms a kernel (a pool's window).
@@ -168,7 +164,7 @@ def _option(name: str) -> bool:
 def _keeps_conditions(func: tirx.PrimFunc) -> bool:
     """Whether a pass between the hiding points may need ``func``'s
     ``if_then_else`` conditions (see the module docstring)."""
-    return (bool(_allocated_scopes(func) - {"local", "global"})
+    return (bool(allocated_scopes(func.body) - {"local", "global"})
             or _hoists_more_than_statements(func)
             or _option("tirx.instrument_bound_checkers")
             or _option("tirx.s_tir.ldg32"))
