@@ -29,16 +29,19 @@ def model_files(names: Iterable[str]) -> dict[str, str]:
             if name.endswith(".tflite") and Path(name).is_file()}
 
 
-def zoo_networks(doc: str, default: tuple[str, ...]) -> list[str]:
-    """The zoo networks named on the command line (``default`` if none)."""
+def zoo_networks(doc: str, default: tuple[str, ...]) -> argparse.Namespace:
+    """The command line of a bench over zoo networks: ``networks`` (those
+    named, ``default`` if none) and ``markdown`` (:func:`add_markdown_option`)."""
     from texscope.models import zoo  # pylint: disable=import-outside-toplevel
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("networks", nargs="*", metavar="network",
                         help=f"zoo networks (default: {' '.join(default)})")
-    networks = parser.parse_args().networks
-    refuse_unknown(parser, networks, zoo.NETWORKS, "network")
-    return networks or list(default)
+    add_markdown_option(parser)
+    args = parser.parse_args()
+    refuse_unknown(parser, args.networks, zoo.NETWORKS, "network")
+    args.networks = args.networks or list(default)
+    return args
 
 
 def chosen_models(parser: argparse.ArgumentParser, names: list[str],
@@ -79,3 +82,209 @@ def loaded(found: dict[str, Callable[[], object]], width: int) -> Iterator[tuple
             print(f"{name:<{width}} skipped: {type(err).__name__}: {failure_reason(err)[:110]}")
             continue
         yield name, mod
+
+
+# -- the tables and the exported cases the OpenCL benches share -------------
+
+def add_export_options(parser: argparse.ArgumentParser, export_help: str) -> None:
+    """``--export DIR`` (build only, where TVM is) and ``--replay DIR`` (run
+    what it wrote, without TVM), one or the other."""
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--export", metavar="DIR", help=export_help)
+    mode.add_argument("--replay", metavar="DIR", help="run what --export wrote (no TVM)")
+
+
+class Columns:
+    """A table printed a row at a time, as each row is measured.
+
+    Parameters
+    ----------
+    *columns
+        Each column's title and width, right-aligned; a negative width
+        left-aligns it; ``None`` widens the gap between two groups of columns.
+    """
+
+    def __init__(self, *columns: tuple[str, int] | None):
+        self.columns = columns
+
+    def line(self, *cells: object) -> str:
+        """The row of ``cells`` (one a column, the gaps left out)."""
+        cells = iter(cells)
+        parts = ["" if column is None else
+                 f"{next(cells)!s:{'<' if column[1] < 0 else '>'}{abs(column[1])}}"
+                 for column in self.columns]
+        return " ".join(parts)
+
+    def header(self) -> str:
+        """The row of titles."""
+        return self.line(*(column[0] for column in self.columns if column is not None))
+
+
+def print_columns(header: tuple, rows: list[tuple]) -> None:
+    """Print ``header`` and ``rows`` as right-aligned columns."""
+    widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        print("  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)))
+
+
+def device_line(device) -> str:
+    """An OpenCL device as the tables name it: its name, platform and driver."""
+    return (f"{device.name.strip()} ({device.platform.name.strip()}, "
+            f"driver {device.driver_version.strip()})")
+
+
+def write_case(root: Path, mod, inputs) -> None:
+    """Write ``inputs`` and the CPU's outputs of ``mod`` on them under
+    ``root`` (``inputs.npz``, ``expected.npz``), for a replay without TVM."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from texscope.diagnostics import verify  # pylint: disable=import-outside-toplevel
+
+    root.mkdir(parents=True, exist_ok=True)
+    np.savez(root / "inputs.npz", *inputs)
+    np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+
+
+def read_case(root: Path, plan) -> tuple[list, list]:
+    """The inputs and CPU outputs :func:`write_case` wrote, in ``plan``'s order."""
+    from texscope.opencl import replay  # pylint: disable=import-outside-toplevel
+
+    return (replay.read_arrays(root / "inputs.npz", plan.inputs, "inputs"),
+            replay.read_arrays(root / "expected.npz", plan.outputs, "expected outputs"))
+
+
+def exported(root: Path, names: Iterable[str], marker: str) -> list[str]:
+    """``names``, or where none, every folder under ``root`` holding ``marker``
+    (what an ``--export`` wrote)."""
+    return list(names) or sorted(path.name for path in root.iterdir()
+                                 if (path / marker).exists())
+
+
+# -- docs/benchmarks.md ------------------------------------------------------
+
+#: Where ``--markdown`` writes each script's table (``$TEXSCOPE_BENCHMARKS_MD``
+#: names another file, as the tests do).
+BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def benchmarks_md() -> Path:
+    """The file ``--markdown`` writes."""
+    import os  # pylint: disable=import-outside-toplevel
+
+    return Path(os.environ.get("TEXSCOPE_BENCHMARKS_MD", BENCHMARKS_MD))
+
+
+def add_markdown_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--markdown`` option every bench script takes."""
+    parser.add_argument("--markdown", action="store_true",
+                        help="also write this run's table into docs/benchmarks.md, replacing "
+                             "this script's previous section")
+
+
+def _commit() -> str:
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                              text=True, cwd=BENCHMARKS_MD.parent, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
+def host_line() -> str:
+    """This machine, for benches that run on its CPU: processor and core count."""
+    import os  # pylint: disable=import-outside-toplevel
+    import platform  # pylint: disable=import-outside-toplevel
+
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} CPUs ({platform.system()} {platform.release()})"
+
+
+def section(script: str, table: str, device: str, command: str, *, raw: bool = False,
+            now=None) -> str:
+    """The section of docs/benchmarks.md holding one run of ``script``:
+    headed with the date, the device and driver, and the commit it ran on;
+    the printed ``table`` in a text block, or as it is where ``raw`` (a
+    script that prints Markdown)."""
+    import datetime  # pylint: disable=import-outside-toplevel
+
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    body = table.strip("\n") if raw else f"```text\n{table.rstrip()}\n```"
+    return (f"<!-- bench:{script} -->\n"
+            f"## {script}\n\n"
+            f"Ran {now:%Y-%m-%d %H:%M} UTC on {device}, commit {_commit()}:\n"
+            f"`{command}`\n\n"
+            f"{body}\n"
+            f"<!-- /bench:{script} -->\n")
+
+
+def replace_section(text: str, script: str, new: str) -> str:
+    """``text`` with ``script``'s section replaced by ``new`` (appended where
+    there was none)."""
+    begin, end = f"<!-- bench:{script} -->", f"<!-- /bench:{script} -->\n"
+    start = text.find(begin)
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + new
+    stop = text.find(end, start)
+    stop = len(text) if stop < 0 else stop + len(end)
+    return text[:start] + new + text[stop:]
+
+
+class Recorded:
+    """Tees what a bench prints; with ``--markdown``, writes it on exit as the
+    script's section of docs/benchmarks.md (see :func:`section`).
+
+    Parameters
+    ----------
+    enabled
+        Whether ``--markdown`` was given; when not, nothing is captured.
+    script
+        The script's file name, naming its section.
+    device
+        The device and driver the run measured (:func:`device_line`, or
+        :func:`host_line` where the bench runs on the CPU); may be set later
+        through the ``device`` attribute, once a device is picked.
+    raw
+        Whether the script prints Markdown, written as it is.
+    """
+
+    def __init__(self, enabled: bool, script: str, device: str = "", raw: bool = False):
+        self.enabled, self.script, self.device, self.raw = enabled, script, device, raw
+        self._lines: list[str] = []
+        self._stdout = None
+
+    def write(self, text: str) -> int:
+        self._lines.append(text)
+        return self._stdout.write(text)
+
+    def flush(self) -> None:
+        self._stdout.flush()
+
+    def __enter__(self) -> "Recorded":
+        import sys  # pylint: disable=import-outside-toplevel
+
+        if self.enabled:
+            self._stdout, sys.stdout = sys.stdout, self
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        import sys  # pylint: disable=import-outside-toplevel
+
+        if not self.enabled:
+            return
+        sys.stdout = self._stdout
+        if kind is None:
+            command = " ".join(["python", f"bench/{self.script}", *sys.argv[1:]])
+            path = benchmarks_md()
+            old = path.read_text() if path.exists() else "# Benchmarks\n"
+            new = section(self.script, "".join(self._lines),
+                          self.device or host_line(), command, raw=self.raw)
+            path.write_text(replace_section(old, self.script, new))
+            print(f"wrote {self.script}'s section of {path}")

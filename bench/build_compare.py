@@ -20,7 +20,7 @@ import tvm
 import texscope
 from texscope import opencl
 from texscope.models import zoo
-from _cli import zoo_networks
+from _cli import Recorded, zoo_networks
 from texscope.backend import upstream
 from texscope.opencl.source import kernel_signatures
 
@@ -101,4 +101,6 @@ def run(names):
 
 
 if __name__ == "__main__":
-    run(zoo_networks(__doc__, DEFAULT))
+    ARGS = zoo_networks(__doc__, DEFAULT)
+    with Recorded(ARGS.markdown, "build_compare.py"):
+        run(ARGS.networks)

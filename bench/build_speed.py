@@ -52,7 +52,7 @@ import tvm
 
 import texscope
 from texscope.models import zoo
-from _cli import ZOO, chosen_models, loaded
+from _cli import ZOO, Columns, Recorded, add_markdown_option, chosen_models, loaded
 try:
     from texscope.backend.memory import MemoryCapture, device_memory
     from texscope.diagnostics.pass_timing import render
@@ -67,6 +67,11 @@ except ImportError:
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
+SPEED_COLUMNS = Columns(
+    ("model", -34), ("TVM generic s", 13), ("texscope s", 10), ("ratio", 6), ("pairs", 9),
+    ("CPU ratio", 9), None, ("before: ratio", 13), ("CPU ratio", 9), None, ("load", 4), None,
+    ("memory MiB: TVM", 15), ("texscope", 8), ("padding", 8), None,
+    ("texscope's longest stage", 0))
 
 
 def _timed(fn, mod) -> tuple[float, float]:
@@ -164,18 +169,21 @@ def main(argv=None) -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the memory columns")
     parser.add_argument("--save", type=Path, help="write the medians here (JSON)")
     parser.add_argument("--before", type=Path, help="medians --save wrote earlier")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     found = chosen_models(parser, args.models, {name: zoo.NETWORKS[name] for name in ZOO})
+    with Recorded(args.markdown, "build_speed.py"):
+        _report(args, found)
+
+
+def _report(args, found) -> None:
     before = json.loads(args.before.read_text()) if args.before else {}
     saved = {}
     if args.jobs:
         JOBS["jobs"] = args.jobs
     print(f"load average at start: {_load()} on {os.cpu_count()} cores; texscope's threads: "
           f"{args.jobs or 'one per CPU'}")
-    print(f"{'model':<34} {'TVM generic s':>13} {'texscope s':>10} {'ratio':>6} {'pairs':>9} "
-          f"{'CPU ratio':>9}  "
-          f"{'before: ratio':>13} {'CPU ratio':>9}  {'load':>4}  "
-          f"{'memory MiB: TVM':>15} {'texscope':>8} {'padding':>8}  texscope's longest stage")
+    print(SPEED_COLUMNS.header())
     for name, mod in loaded(found, 34):
         figures = measure(mod, args.repeat)
         saved[name] = figures
@@ -185,13 +193,13 @@ def main(argv=None) -> None:
         longest = max(stages, key=stages.get)
         build = result.report.build
         generic = None if args.no_memory else generic_memory(mod)
-        print(f"{name:<34} {figures['tvm_s']:>13.2f} {figures['texscope_s']:>10.2f} "
-              f"{_x(_ratio(figures)):>6} {_spread(figures):>9} {_x(_ratio(figures, '_cpu')):>9}  "
-              f"{_x(_ratio(before.get(name))):>13} {_x(_ratio(before.get(name), '_cpu')):>9}  "
-              f"{_load():>4}  {_mib(generic):>15} "
-              f"{_mib(None if args.no_memory else build.get('memory_peak_bytes')):>8} "
-              f"{_mib(None if args.no_memory else build.get('memory_texel_padding_bytes')):>8}  "
-              f"{longest} {stages[longest]:.2f} s of {build['build_s']:.2f}", flush=True)
+        print(SPEED_COLUMNS.line(
+            name, f"{figures['tvm_s']:.2f}", f"{figures['texscope_s']:.2f}",
+            _x(_ratio(figures)), _spread(figures), _x(_ratio(figures, "_cpu")),
+            _x(_ratio(before.get(name))), _x(_ratio(before.get(name), "_cpu")), _load(),
+            _mib(generic), _mib(None if args.no_memory else build.get("memory_peak_bytes")),
+            _mib(None if args.no_memory else build.get("memory_texel_padding_bytes")),
+            f"{longest} {stages[longest]:.2f} s of {build['build_s']:.2f}"), flush=True)
         if args.profile:
             passes, one_thread = list(result.pass_times), result.report.build["build_s"]
             if threaded_share is None:

@@ -55,7 +55,8 @@ from texscope.opencl.plan import read_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402  (a sibling script)
-from _cli import refuse_unknown
+from _cli import (Recorded, add_export_options, add_markdown_option,  # noqa: E402
+                  device_line, exported, print_columns, read_case, refuse_unknown, write_case)
 
 EVERYWHERE = 1000.0  # the gain that makes every eligible tensor a texture
 TOLERANCE = 1e-3
@@ -77,7 +78,6 @@ def export(directory: Path, names, measured: dict, device=None) -> None:
     profile.  ``measured`` maps a label to a device's CostProfile."""
     import texscope
     from texscope import opencl
-    from texscope.diagnostics import verify
     from texscope.knowledge.targets import texture_target
 
     base = (opencl.device_target(device) if device is not None
@@ -91,7 +91,6 @@ def export(directory: Path, names, measured: dict, device=None) -> None:
     pricing = {**measured, "default": default}
     for name in names:
         mod = network(name)
-        inputs = scaled_inputs(mod)
         root = directory / name
         predicted = {}
         for label, target, prices in builds:
@@ -101,8 +100,7 @@ def export(directory: Path, names, measured: dict, device=None) -> None:
             annotated = planned(mod, target, prices)
             predicted[label] = {k: texscope.plan_cost(annotated, target, profile=p).seconds
                                 for k, p in pricing.items()}
-        np.savez(root / "inputs.npz", *inputs)
-        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        write_case(root, mod, scaled_inputs(mod))
         (root / "predicted.json").write_text(json.dumps({
             "builds": [b[0] for b in builds], "predicted_s": predicted,
             "profiles": {k: p.describe() for k, p in pricing.items()},
@@ -120,9 +118,7 @@ def measure(directory: Path, names, device, runs: int) -> dict:
         root = directory / name
         meta = json.loads((root / "predicted.json").read_text())
         plans = {label: read_plan(root / label.replace(" ", "-")) for label in meta["builds"]}
-        first = next(iter(plans.values()))
-        inputs = rp.read_arrays(root / "inputs.npz", first.inputs, "inputs")
-        expected = rp.read_arrays(root / "expected.npz", first.outputs, "expected outputs")
+        inputs, expected = read_case(root, next(iter(plans.values())))
         results = {label: [rp.replay(plan, inputs, device)] for label, plan in plans.items()}
         for _ in range(runs):
             for label, plan in plans.items():
@@ -191,9 +187,7 @@ def print_table(found: dict) -> None:
                          f"{seconds / floor:.2f}",
                          *(f"{predicted[k] * 1e3:+.3f}" for k in profiles),
                          "yes" if ok else "NO", same or "-"))
-    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
-    for row in (header, *rows):
-        print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+    print_columns(header, rows)
     print("\nplan cost (relative to all buffers) against measured time minus the all-buffer "
           "build's, over every network and build but all-buffer:")
     for k, points in pairs.items():
@@ -204,48 +198,53 @@ def print_table(found: dict) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("networks", nargs="*", help=f"of {', '.join(NETWORKS)} (default all)")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--export", metavar="DIR", help="build only (needs --profile)")
-    mode.add_argument("--replay", metavar="DIR", help="run what --export wrote (no TVM)")
+    add_export_options(parser, "build only (needs --profile)")
     parser.add_argument("--device", type=int, default=0, help="OpenCL device index")
     parser.add_argument("--profile", action="append", default=[],
                         help="a cost profile measured on the device (repeatable; default: "
                              "calibrate now)")
     parser.add_argument("--runs", type=int, default=5, help="runs per build (median kept)")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     refuse_unknown(parser, args.networks, NETWORKS, "network")
     if args.export and not args.profile:
         parser.error("--export needs the target device's --profile")
     if args.replay:
-        root = Path(args.replay)
-        names = args.networks or sorted(p.name for p in root.iterdir() if p.is_dir())
+        names = exported(Path(args.replay), args.networks, "predicted.json")
     else:
         names = args.networks or list(NETWORKS)
-    device = None if args.export else calibrate.pick_device(args.device)
-    if device is not None:
-        print(f"device {args.device}: {device.name.strip()} ({device.platform.name.strip()}, "
-              f"driver {device.driver_version.strip()})")
-    if args.replay:
-        meta = json.loads((root / names[0] / "predicted.json").read_text())
-        for label, text in meta["profiles"].items():
-            print(f"{label} profile: {text}")
-        print_table(measure(root, names, device, args.runs))
+    if args.export:
+        export(Path(args.export), names, profiles(args))
         return
+    device = calibrate.pick_device(args.device)
+    with Recorded(args.markdown, "calibrated.py", device_line(device)):
+        print(f"device {args.device}: {device_line(device)}")
+        if args.replay:
+            report(Path(args.replay), names, device, args.runs)
+            return
+        measured = profiles(args)
+        with tempfile.TemporaryDirectory() as tmp:
+            export(Path(tmp), names, measured, device)
+            report(Path(tmp), names, device, args.runs)
+
+
+def profiles(args) -> dict:
+    """label -> the cost profiles ``--profile`` names, or one calibrated now."""
     if args.profile:
         measured = {Path(p).stem: cost_profile.load(p) for p in args.profile}
     else:
         print("calibrating (texscope calibrate, default settings) ...", flush=True)
         measured = {"measured": cost_profile.from_document(calibrate.calibrate(args.device),
                                                            "calibrated now")}
-    if args.export:
-        export(Path(args.export), names, measured)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        export(Path(tmp), names, measured, device)
-        meta = json.loads((Path(tmp) / names[0] / "predicted.json").read_text())
-        for label, text in meta["profiles"].items():
-            print(f"{label} profile: {text}")
-        print_table(measure(Path(tmp), names, device, args.runs))
+    return measured
+
+
+def report(directory: Path, names, device, runs: int) -> None:
+    """Print the profiles of an export, then its builds replayed on ``device``."""
+    meta = json.loads((directory / names[0] / "predicted.json").read_text())
+    for label, text in meta["profiles"].items():
+        print(f"{label} profile: {text}")
+    print_table(measure(directory, names, device, runs))
 
 
 if __name__ == "__main__":

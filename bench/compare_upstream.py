@@ -40,7 +40,7 @@ from tvm import relax
 import texscope
 from texscope.backend import upstream
 from texscope.models import zoo
-from _cli import zoo_networks
+from _cli import Recorded, zoo_networks
 from texscope.diagnostics.exhaustive import exhaustive, plan_units
 from texscope.diagnostics.verify import check_invariants
 
@@ -194,4 +194,6 @@ def _plot(sizes, times):
 
 
 if __name__ == "__main__":
-    run(zoo_networks(__doc__, DEFAULT_NETWORKS))
+    ARGS = zoo_networks(__doc__, DEFAULT_NETWORKS)
+    with Recorded(ARGS.markdown, "compare_upstream.py"):
+        run(ARGS.networks)

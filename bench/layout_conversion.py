@@ -33,7 +33,7 @@ from texscope.knowledge import registry
 from texscope.models import zoo
 from texscope.rewrites.packed_layout import (ConversionInput, ConvertLayoutByRules,
                                               convert_layout_or_none)
-from _cli import refuse_unknown
+from _cli import Recorded, add_markdown_option, refuse_unknown
 
 MEDIAPIPE = ("face_detection_short_range", "face_landmark", "hand_landmark_full",
              "hand_landmark_lite", "hand_recrop", "iris_landmark", "palm_detection_full",
@@ -100,6 +100,9 @@ if __name__ == "__main__":
     parser.add_argument("models", nargs="*", metavar="model",
                         help="zoo networks or MediaPipe models (default: the zoo and the "
                              "MediaPipe models already fetched)")
-    models = parser.parse_args().models
-    refuse_unknown(parser, models, [*zoo.NETWORKS, *MEDIAPIPE])
-    sys.exit(main(models))
+    add_markdown_option(parser)
+    ARGS = parser.parse_args()
+    refuse_unknown(parser, ARGS.models, [*zoo.NETWORKS, *MEDIAPIPE])
+    with Recorded(ARGS.markdown, "layout_conversion.py"):
+        STATUS = main(ARGS.models)
+    sys.exit(STATUS)

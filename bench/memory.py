@@ -59,13 +59,19 @@ from texscope.backend import upstream
 from texscope.backend.memory import (TVM_PLANNER, MemoryCapture, buffers_as_images_peak,
                                      device_memory)
 from texscope.backend.storage_plan import PlanStorages
+from texscope.ir.capture import PassCapture
 from texscope.knowledge.targets import texture_target
 from texscope.models import zoo
-from _cli import ZOO, chosen_models, loaded
+from _cli import ZOO, Columns, Recorded, add_markdown_option, chosen_models, loaded
 
 GENERIC = tvm.target.Target({"kind": "opencl"}, host="llvm")
 TEXSCOPE = "adreno-opencl"
 PLANNER_PASS = "texscope.PlanStorages"
+MEMORY_COLUMNS = Columns(
+    ("model", -30), ("all-buffer", 10), ("all-buffer, ours", 16), ("TVM adreno", 10),
+    ("ratio", 6), ("texscope, TVM planner", 21), ("ratio", 6), ("texscope", 9), ("ratio", 6),
+    ("padding", 8), ("inputs+", 8), ("over", 7), None, ("pooled: all-buffer", 18),
+    ("TVM planner", 11), ("texscope", 8))
 
 
 def zoo_loaders(constants: bool = False, lift: bool = False) -> dict[str, object]:
@@ -73,16 +79,6 @@ def zoo_loaders(constants: bool = False, lift: bool = False) -> dict[str, object
     prepared = (zoo.with_constant_weights if constants else
                 zoo.with_declared_weights if lift else lambda mod: mod)
     return {name: lambda name=name: prepared(zoo.NETWORKS[name]()) for name in ZOO}
-
-
-@tvm.instrument.pass_instrument
-class _AfterTVMPlanner:
-    def __init__(self):
-        self.modules = []
-
-    def run_after_pass(self, mod, info):
-        if info.name == TVM_PLANNER:
-            self.modules.append(mod)
 
 
 def planned(build, *, disabled=()) -> tvm.IRModule:
@@ -97,7 +93,7 @@ def generic_builds(mod) -> tuple[tvm.IRModule, tvm.IRModule]:
     """TVM's generic build of ``mod`` planned by TVM, and by texscope's
     planner (the same module right after ``StaticPlanBlockMemory``, then
     what the generic pipeline runs up to ``KillAfterLastUse``)."""
-    capture, before = MemoryCapture(), _AfterTVMPlanner()
+    capture, before = MemoryCapture(), PassCapture(TVM_PLANNER)
     with tvm.transform.PassContext(instruments=[capture, before]):
         tvm.compile(mod, GENERIC)
     ours = tvm.transform.Sequential([PlanStorages, relax.transform.LowerAllocTensor(),
@@ -146,15 +142,18 @@ def main(argv=None) -> None:
     weights = parser.add_mutually_exclusive_group()
     weights.add_argument("--constants", action="store_true")
     weights.add_argument("--lift-weights", action="store_true")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     # --lift-weights: the zoo alone (the corpus's weights are constants)
     found = chosen_models(parser, args.models, zoo_loaders(args.constants, args.lift_weights),
                           corpus_too=not args.lift_weights)
+    with Recorded(args.markdown, "memory.py"):
+        _report(args, found)
+
+
+def _report(args, found) -> None:
     print("peak device memory, MiB")
-    print(f"{'model':<30} {'all-buffer':>10} {'all-buffer, ours':>16} {'TVM adreno':>10} {'ratio':>6} "
-          f"{'texscope, TVM planner':>21} {'ratio':>6} {'texscope':>9} {'ratio':>6} "
-          f"{'padding':>8} {'inputs+':>8} {'over':>7}  {'pooled: all-buffer':>18} "
-          f"{'TVM planner':>11} {'texscope':>8}")
+    print(MEMORY_COLUMNS.header())
     for name, mod in loaded(found, 30):
         r = row(mod, args.lift_weights)
         base = r["all-buffer"]
@@ -162,11 +161,11 @@ def main(argv=None) -> None:
         def ratio(n):
             return "-" if isinstance(n, str) else f"{n / base:.2f}x"
 
-        print(f"{name:<30} {_mib(base):>10} {_mib(r['all-buffer, ours']):>16} {_mib(r['TVM adreno']):>10} "
-              f"{ratio(r['TVM adreno']):>6} {_mib(r['TVM planner']):>21} {ratio(r['TVM planner']):>6} "
-              f"{_mib(r['texscope']):>9} {ratio(r['texscope']):>6} {_mib(r['padding']):>8} "
-              f"{_mib(r['inputs+']):>8} {_mib(r['over']):>7}  {_mib(r['pooled'][0]):>18} "
-              f"{_mib(r['pooled'][1]):>11} {_mib(r['pooled'][2]):>8}", flush=True)
+        print(MEMORY_COLUMNS.line(
+            name, _mib(base), _mib(r["all-buffer, ours"]), _mib(r["TVM adreno"]),
+            ratio(r["TVM adreno"]), _mib(r["TVM planner"]), ratio(r["TVM planner"]),
+            _mib(r["texscope"]), ratio(r["texscope"]), _mib(r["padding"]), _mib(r["inputs+"]),
+            _mib(r["over"]), *map(_mib, r["pooled"])), flush=True)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.source import pick_device
-from _cli import refuse_unknown
+from _cli import (Recorded, add_export_options, add_markdown_option, device_line, exported,
+                  print_columns, read_case, refuse_unknown, write_case)
 
 NETWORKS = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 BUILDS = ("textures", "buffers")
@@ -86,17 +87,14 @@ def targets(base, device=None) -> dict:
 def export(directory: Path, names, base: str) -> None:
     """Build every network both ways and write what a TVM-free replay needs."""
     import texscope
-    from texscope.diagnostics import verify
 
     for name in names:
         mod = network(name)
-        inputs = scaled_inputs(mod)
         root = directory / name
         for build_name, target in targets(base).items():
             (root / build_name).mkdir(parents=True, exist_ok=True)
             texscope.build(mod, target).export(root / build_name)
-        np.savez(root / "inputs.npz", *inputs)
-        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        write_case(root, mod, scaled_inputs(mod))
         print(f"exported {name} -> {root}", flush=True)
 
 
@@ -117,9 +115,7 @@ def measure_exported(directory: Path, names, device, repeat: int) -> dict:
     results = {}
     for name in names:
         root = directory / name
-        plan = read_plan(root / "textures")
-        inputs = rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs")
-        expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
+        inputs, expected = read_case(root, read_plan(root / "textures"))
         results[name] = _builds(lambda b: _measure(root / b, inputs, expected, device, repeat))
     return results
 
@@ -173,9 +169,7 @@ def print_table(results: dict, top: int) -> None:
                             else "failed" for r in (tex, buf))
         rows.append((name, run.launches if run else "-", run.images if run else "-",
                      run.copies if run else "-", _ms(tex), _ms(buf), ratio, matches))
-    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
-    for row in (header, *rows):
-        print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+    print_columns(header, rows)
     for name, row in results.items():
         for build_name in BUILDS:
             result = row[build_name]
@@ -190,13 +184,12 @@ def print_table(results: dict, top: int) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("networks", nargs="*", help=f"default: {' '.join(NETWORKS)}")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--export", metavar="DIR", help="build only, for a replay elsewhere")
-    mode.add_argument("--replay", metavar="DIR", help="replay what --export wrote (no TVM)")
+    add_export_options(p, "build only, for a replay elsewhere")
     p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--top", type=int, default=3, help="slowest commands listed per build")
+    add_markdown_option(p)
     args = p.parse_args(argv)
     if not args.replay:  # a replay names the folders an export wrote
         refuse_unknown(p, args.networks, NETWORKS, "network")
@@ -206,17 +199,17 @@ def main(argv=None) -> int:
         export(Path(args.export), args.networks or NETWORKS, args.target)
         return 0
     device = pick_device(args.device)
-    print(f"device: {device.name.strip()} ({device.platform.name.strip()}, "
-          f"driver {device.driver_version.strip()})")
-    if "Portable Computing Language" in device.platform.name:
-        print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
-    if args.replay:
-        root = Path(args.replay)
-        names = args.networks or sorted(p.name for p in root.iterdir() if (p / "textures").is_dir())
-        results = measure_exported(root, names, device, args.repeat)
-    else:
-        results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
-    print_table(results, args.top)
+    with Recorded(args.markdown, "opencl_run.py", device_line(device)):
+        print(f"device: {device_line(device)}")
+        if "Portable Computing Language" in device.platform.name:
+            print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
+        if args.replay:
+            root = Path(args.replay)
+            results = measure_exported(root, exported(root, args.networks, "textures"), device,
+                                       args.repeat)
+        else:
+            results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
+        print_table(results, args.top)
     return 0
 
 

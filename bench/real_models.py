@@ -34,7 +34,7 @@ from texscope.opencl.source import kernel_signatures
 from texscope.models.corpus import mediapipe_models
 from texscope.errors import TexscopeError
 from texscope.frontend.tflite_model import load_tflite
-from _cli import refuse_unknown
+from _cli import Recorded, add_markdown_option, device_line, refuse_unknown
 
 STAGES = ("convert_layout", "annotate", "optimize", "codegen")
 
@@ -114,6 +114,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="model names (default: all 14)")
     parser.add_argument("--target", default="adreno-opencl")
+    add_markdown_option(parser)
     args = parser.parse_args()
     refuse_unknown(parser, args.models, sorted(mediapipe_models()))
-    run(args.models, args.target)
+    with Recorded(args.markdown, "real_models.py", device_line(opencl.default_device()),
+                  raw=True):
+        run(args.models, args.target)

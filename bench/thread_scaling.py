@@ -38,31 +38,21 @@ from tvm import s_tir, tirx
 import texscope
 from texscope.backend.heap import keep_freed_memory
 from texscope.backend.lowering import adreno_tir_passes
+from texscope.ir.capture import PassCapture
 from texscope.knowledge.targets import texture_target
 from texscope.models import zoo
+from _cli import Recorded, add_markdown_option
 
 PYTHON_PASSES = ("texscope.RetypeTextureStore", "texscope.CompactUnguarded")
-
-
-@tvm.instrument.pass_instrument
-class LoweringInput:
-    """Keeps the kernels as TIR lowering receives them."""
-
-    def __init__(self):
-        self.module = None
-
-    def run_before_pass(self, mod, info):
-        if info.name == "texscope.LowerKernels" and self.module is None:
-            self.module = mod
 
 
 def kernels_of(network: str) -> list[tvm.IRModule]:
     """The network's kernels, each in a module of its own, at the start of
     TIR lowering."""
-    capture = LoweringInput()
+    capture = PassCapture("texscope.LowerKernels", before=True)
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(zoo.NETWORKS[network](), "adreno-opencl", jobs=1)
-    return [tvm.IRModule({gvar: func}) for gvar, func in capture.module.functions.items()
+    return [tvm.IRModule({gvar: func}) for gvar, func in capture.modules[0].functions.items()
             if isinstance(func, tirx.PrimFunc)]
 
 
@@ -134,7 +124,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("network", nargs="?", default="inception", choices=sorted(zoo.NETWORKS))
     parser.add_argument("--rounds", type=int, default=10)
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
+    with Recorded(args.markdown, "thread_scaling.py"):
+        _report(args)
+
+
+def _report(args) -> None:
     kernels = kernels_of(args.network)
     target = texture_target("adreno-opencl").target
     lowering = tvm_lowering()

@@ -2,6 +2,8 @@
 a usage error (exit status 2, one line saying which), never a traceback or
 an empty table."""
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +52,26 @@ def test_the_real_models_bench_checks_the_texture_build_against_tflite(mediapipe
     assert cells["model"] == "iris_landmark" and cells["copies"] == "0"
     assert float(cells["max error / output scale"]) < 1e-5
     assert float(cells["against TFLite"]) < 1e-5
+
+
+def test_markdown_writes_the_scripts_section_and_replaces_only_it(tmp_path):
+    """``--markdown``: the printed table goes into the benchmarks file under a
+    heading with the date, the device and the commit; a second run replaces
+    that section and leaves the others as they were."""
+    target = tmp_path / "benchmarks.md"
+    other = "<!-- bench:other.py -->\n## other.py\n\nkept\n<!-- /bench:other.py -->\n"
+    target.write_text("# Benchmarks\n\nprose\n\n" + other)
+    env = {**os.environ, "TEXSCOPE_BENCHMARKS_MD": str(target)}
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(ROOT / "bench" / "layout_conversion.py"),
+                               "inception", "--markdown"], capture_output=True, text=True,
+                              cwd=ROOT, timeout=300, env=env, check=True)
+    text = target.read_text()
+    assert text.startswith("# Benchmarks\n\nprose\n\n" + other)
+    assert text.count("<!-- bench:layout_conversion.py -->") == 1
+    section = text[text.index("<!-- bench:layout_conversion.py -->"):]
+    heading = section.splitlines()[3]
+    assert re.match(r"Ran \d{4}-\d\d-\d\d \d\d:\d\d UTC on .+ CPUs .*, commit \w+", heading)
+    table = [line for line in done.stdout.splitlines() if line.startswith(("network", "inception"))]
+    assert len(table) == 2 and "\n".join(table) in section
+    assert section.endswith("<!-- /bench:layout_conversion.py -->\n")

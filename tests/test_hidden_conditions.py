@@ -10,9 +10,9 @@ import texscope
 from texscope.backend import lowering
 from texscope.backend.hidden_conditions import HIDDEN_IF_THEN_ELSE, conditions_hidden, conditions_shown
 from texscope.frontend.tflite_model import load_tflite
+from texscope.ir.capture import PassCapture
 from texscope.ir.tir import allocated_scopes
 from texscope.models import zoo
-from test_lowering import _Before
 from test_real_models import IMPORTABLE
 
 _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
@@ -101,7 +101,7 @@ def _count(func) -> tuple[int, int]:
 
 def _inception_given_to(pass_name: str) -> list:
     """The modules a build of the inception block gives the passes of this name."""
-    capture = _Before(pass_name)
+    capture = PassCapture(pass_name, before=True)
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
     return capture.modules

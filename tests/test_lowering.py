@@ -11,6 +11,7 @@ import texscope
 from texscope.backend import lowering
 from texscope.backend.hidden_conditions import conditions_shown
 from texscope.frontend.tflite_model import load_tflite
+from texscope.ir.capture import PassCapture
 from texscope.ir.tir import allocated_scopes, has_if_statement
 from texscope.models import zoo
 from test_real_models import IMPORTABLE
@@ -47,7 +48,7 @@ def _names(pipeline, depth, mod, **config):
 @pytest.mark.parametrize("config", [{}, {"tirx.disable_storage_rewrite": True,
                                          "tirx.disable_cse_tir": True}])
 def test_the_pipeline_is_tvms_adreno_one_but_for_stores_compaction_hoisting_and_conditions(config):
-    before_lowering = _Before("texscope.AdrenoTIRPipeline")
+    before_lowering = PassCapture("texscope.AdrenoTIRPipeline", before=True)
     with tvm.transform.PassContext(instruments=[before_lowering]):
         texscope.build(zoo.NETWORKS["inception"](), "adreno-opencl", jobs=1)
     module = before_lowering.modules[0]
@@ -73,21 +74,9 @@ def test_the_pipeline_is_tvms_adreno_one_but_for_stores_compaction_hoisting_and_
     assert ours == expected
 
 
-@tvm.instrument.pass_instrument
-class _Before:
-    """Every module a pass of this name is given."""
-
-    def __init__(self, pass_name: str):
-        self.pass_name, self.modules = pass_name, []
-
-    def run_before_pass(self, mod, info):
-        if info.name == self.pass_name:
-            self.modules.append(mod)
-
-
 def _kernels_before(pass_name: str, mod) -> list:
     """Each kernel a build's pass of this name is given, as a module of its own."""
-    capture = _Before(pass_name)
+    capture = PassCapture(pass_name, before=True)
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(mod, "adreno-opencl", jobs=1)
     return [tvm.IRModule({gvar: func}, attrs=part.attrs) for part in capture.modules
