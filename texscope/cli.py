@@ -252,7 +252,7 @@ def cmd_ops(_args) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5])
     print("\n'...': the last input repeats for further operands. Tensors that cannot be "
           "textures are read and written as buffers by every kernel. 'priced as': the "
-          "kernel class whose prices the cost profile gives (docs/cost-profile.md).")
+          "kernel class whose prices the cost profile gives (docs/costs.md).")
 
 
 def main(argv=None) -> int:

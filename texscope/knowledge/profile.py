@@ -4,7 +4,7 @@ A profile says what a copy between a buffer and a texture costs (per byte
 and per launch) and, per kernel class, what reading its input from a texture
 and writing its output to one save against buffers.  The target presets ship
 default profiles (``texscope/knowledge/profiles/*.json``); ``texscope calibrate``
-measures one on an OpenCL device.  docs/cost-profile.md documents the file.
+measures one on an OpenCL device.  docs/costs.md documents the file.
 
 This module imports neither TVM nor pyopencl: ``texscope calibrate`` runs
 where TVM is not installed.
@@ -52,7 +52,7 @@ class KernelPrices:
 
 @attrs.frozen
 class CostProfile:
-    """Prices for the planner (see docs/cost-profile.md for the file).
+    """Prices for the planner (see docs/costs.md for the file).
 
     Attributes
     ----------

@@ -423,7 +423,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="OpenCL device index, counting the devices of every platform in "
                              "order (--list-devices shows them; default 0)")
     parser.add_argument("-o", "--output", help="the profile file to write (JSON, "
-                                               "docs/cost-profile.md)")
+                                               "docs/costs.md)")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                         help=f"timed runs per measurement, the least kept (default "
                              f"{DEFAULT_REPEATS}; more for a steadier profile)")
