@@ -84,6 +84,15 @@ def threads_per_block(mod) -> int | None:
     return found[0] if found else None
 
 
+def tally_same_schedule(seen: dict, ours: tvm.IRModule, theirs: tvm.IRModule) -> None:
+    """Check that texscope's rule scheduled a kernel as TVM's did, and count
+    it in ``seen``: scheduled, guarded, on fewer threads than TVM's 256."""
+    tvm.ir.assert_structural_equal(ours, theirs)
+    seen["scheduled"] += 1
+    seen["guarded"] += "T.where" in ours.script()
+    seen["fewer_threads"] += threads_per_block(ours) < 256
+
+
 @pytest.fixture
 def tvms_thread_count(monkeypatch):
     """texscope's schedules split over the target's full thread block, as

@@ -11,7 +11,7 @@ from tvm.s_tir import dlight
 from tvm.script import tirx as T
 
 import texscope
-from conftest import ADRENO, BeforeScheduling, threads_per_block, tvms_thread_split
+from conftest import ADRENO, BeforeScheduling, tally_same_schedule, tvms_thread_split
 from test_tflite import IMPORTABLE
 from texscope.backend.schedule import BufferFallback, TextureFallback
 from texscope.frontend.tflite_model import load_tflite
@@ -49,10 +49,7 @@ def _compare(kernels, theirs_rule=dlight.adreno.Fallback, ours_rule=TextureFallb
                 assert isinstance(ours, s_tir.ScheduleError), func.script()
                 seen["failed"] += 1
                 continue
-            tvm.ir.assert_structural_equal(ours.mod, theirs.mod)
-            seen["scheduled"] += 1
-            seen["guarded"] += "T.where" in ours.mod.script()
-            seen["fewer_threads"] += threads_per_block(ours.mod) < 256
+            tally_same_schedule(seen, ours.mod, theirs.mod)
     return seen
 
 

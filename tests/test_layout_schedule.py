@@ -10,7 +10,7 @@ from tvm import s_tir
 from tvm.s_tir import dlight
 
 import texscope
-from conftest import ADRENO, BeforeScheduling, threads_per_block, tvms_thread_split
+from conftest import ADRENO, BeforeScheduling, tally_same_schedule, tvms_thread_split
 from modules import texel_cases
 from test_tflite import IMPORTABLE
 from texscope.backend import schedule
@@ -48,10 +48,7 @@ def _compare(kernels) -> dict:
             if ours is None:
                 seen["declined"] += 1
                 continue
-            tvm.ir.assert_structural_equal(ours.mod, theirs.mod)
-            seen["scheduled"] += 1
-            seen["guarded"] += "T.where" in ours.mod.script()
-            seen["fewer_threads"] += threads_per_block(ours.mod) < 256
+            tally_same_schedule(seen, ours.mod, theirs.mod)
     return seen
 
 

@@ -42,3 +42,28 @@ class TexscopeError(RuntimeError):
                 where += f", binding {binding!r}"
             where += ": "
         super().__init__(where + message)
+
+
+def exit_status(run, prog: str) -> int:
+    """The exit status of a command line ``run`` carries out.
+
+    Parameters
+    ----------
+    run : callable
+        The command, returning its exit status.
+    prog : str
+        The command's name, which starts the error line.
+
+    Returns
+    -------
+    int
+        ``run()``'s status; where it raises a :class:`TexscopeError`, 2, after
+        printing the error as one line, ``<prog>: error: <message>``, on stderr.
+    """
+    import sys  # pylint: disable=import-outside-toplevel
+
+    try:
+        return run()
+    except TexscopeError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2

@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 
 from ..knowledge import profile as cost_profile
-from ..errors import TexscopeError
+from ..errors import TexscopeError, exit_status
 from . import kernel_set as built_kernels
 from . import source
 
@@ -462,11 +462,7 @@ def main(argv=None) -> int:
                                      description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        return run_command(args)
-    except TexscopeError as err:
-        print(f"texscope: error: {err}", file=sys.stderr)
-        return 2
+    return exit_status(lambda: run_command(args), "texscope")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from ..errors import TexscopeError
+from ..errors import TexscopeError, exit_status
 from ..diagnostics.numerics import compare
 from .memory import DeviceMemory
 from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, WorkspaceArg, read_plan
@@ -279,11 +279,7 @@ def _main(args) -> int:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        return _main(args)
-    except TexscopeError as err:
-        print(f"replay: error: {err}", file=sys.stderr)
-        return 2
+    return exit_status(lambda: _main(args), "replay")
 
 
 if __name__ == "__main__":
