@@ -65,6 +65,13 @@ def test_the_readme_is_short_and_holds_no_commit_hash():
     assert hashes == []
 
 
+def test_ci_runs_exactly_the_readmes_install_and_test_commands():
+    commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+                if line and not line.startswith(("#", "set ", "cd "))]
+    readme = {line.strip() for line in (ROOT / "README.md").read_text().splitlines()}
+    assert len(commands) == 2 and all(command in readme for command in commands)
+
+
 def _anchor(heading: str) -> str:
     """GitHub's anchor of a Markdown heading."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
