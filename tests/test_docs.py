@@ -46,6 +46,7 @@ BLOCKS = python_blocks()
 def test_the_readme_and_docs_have_python_blocks():
     files = {param.id.split(":")[0] for param in BLOCKS}
     assert {"README.md", "docs/design.md", "docs/costs.md", "docs/models.md"} <= files
+    assert any(mark.name == "real_models" for param in BLOCKS for mark in param.marks)
 
 
 @pytest.mark.parametrize("code", BLOCKS)
