@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cstring>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "error.hpp"
 
 namespace texscope {
@@ -85,6 +88,27 @@ std::vector<uint8_t> scalar_bytes(const Arg& arg, const std::string& binding) {
   else throw Error(located(binding, "a scalar argument of type " + t + " is not handled"));
   return out;
 }
+
+// Sends file descriptor 2 to /dev/null while it lives.
+class QuietStderr {
+ public:
+  QuietStderr() : saved_(dup(2)) {
+    int null = open("/dev/null", O_WRONLY);
+    if (saved_ >= 0 && null >= 0) dup2(null, 2);
+    if (null >= 0) close(null);
+  }
+  ~QuietStderr() {
+    if (saved_ >= 0) {
+      dup2(saved_, 2);
+      close(saved_);
+    }
+  }
+  QuietStderr(const QuietStderr&) = delete;
+  QuietStderr& operator=(const QuietStderr&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace
 
@@ -168,7 +192,12 @@ Session::Session(const Plan& plan, const Device& device)
   size_t length = plan.source.size();
   program_ = cl_.clCreateProgramWithSource(context_, 1, &source, &length, &status);
   check(status, "clCreateProgramWithSource");
-  status = cl_.clBuildProgram(program_, 1, &device.id, "", nullptr, nullptr);
+  {
+    // Some compilers (PoCL's clang) print their diagnostics on our stderr as
+    // well as into the build log: the log is what an error quotes, in one line.
+    QuietStderr quiet;
+    status = cl_.clBuildProgram(program_, 1, &device.id, "", nullptr, nullptr);
+  }
   if (status != CL_SUCCESS) {
     size_t size = 0;
     cl_.clGetProgramBuildInfo(program_, device.id, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);
