@@ -1,8 +1,11 @@
 #include "opencl.hpp"
 
+#include <CL/cl_icd.h>
+#include <dirent.h>
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <vector>
 
 #include "error.hpp"
@@ -26,10 +29,76 @@ const char* const kCandidates[] = {
     "/vendor/lib/egl/libGLES_mali.so",
 };
 
+using GetPlatforms = cl_int (*)(cl_uint, cl_platform_id*, cl_uint*);
+
+// Every entry point from the library's own exports (a loader such as
+// ocl-icd, or a vendor library exporting the API, as Android's do).
+bool from_exports(void* handle, OpenCL& cl, std::string& missing) {
+#define TEXSCOPE_LOAD(fn)                                          \
+  cl.fn = reinterpret_cast<decltype(cl.fn)>(dlsym(handle, #fn));   \
+  if (!cl.fn) missing += (missing.empty() ? "" : ", ") + std::string(#fn);
+  TEXSCOPE_OPENCL_FUNCTIONS(TEXSCOPE_LOAD)
+#undef TEXSCOPE_LOAD
+  return missing.empty();
+}
+
+// A vendor's installable client driver used without a loader: its platforms
+// from clIcdGetPlatformIDsKHR, every other entry point from the dispatch
+// table each of its objects starts with (the cl_khr_icd layout).
+bool from_icd(void* handle, OpenCL& cl) {
+  auto platforms = reinterpret_cast<GetPlatforms>(dlsym(handle, "clIcdGetPlatformIDsKHR"));
+  if (!platforms) {
+    using Lookup = void* (*)(const char*);
+    if (auto lookup = reinterpret_cast<Lookup>(dlsym(handle, "clGetExtensionFunctionAddress")))
+      platforms = reinterpret_cast<GetPlatforms>(lookup("clIcdGetPlatformIDsKHR"));
+  }
+  cl_platform_id platform = nullptr;
+  cl_uint count = 0;
+  if (!platforms || platforms(1, &platform, &count) != CL_SUCCESS || count == 0) return false;
+  const cl_icd_dispatch* dispatch = *reinterpret_cast<cl_icd_dispatch* const*>(platform);
+  bool complete = true;
+#define TEXSCOPE_LOAD(fn)                                                \
+  cl.fn = reinterpret_cast<decltype(cl.fn)>(dispatch->fn);               \
+  complete = complete && cl.fn != nullptr;
+  TEXSCOPE_OPENCL_FUNCTIONS(TEXSCOPE_LOAD)
+#undef TEXSCOPE_LOAD
+  cl.clGetPlatformIDs = platforms;
+  return complete;
+}
+
+// The driver libraries the installed .icd files name ($OCL_ICD_VENDORS, a
+// directory or one file, else /etc/OpenCL/vendors).
+std::vector<std::string> vendor_libraries() {
+  const char* chosen = std::getenv("OCL_ICD_VENDORS");
+  std::string place = chosen && *chosen ? chosen : "/etc/OpenCL/vendors";
+  std::vector<std::string> files;
+  if (DIR* dir = opendir(place.c_str())) {
+    while (dirent* entry = readdir(dir)) {
+      std::string name = entry->d_name;
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".icd") == 0)
+        files.push_back(place + "/" + name);
+    }
+    closedir(dir);
+  } else {
+    files.push_back(place);
+  }
+  std::vector<std::string> libraries;
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    std::string line;
+    if (std::getline(in, line) && !line.empty()) libraries.push_back(line);
+  }
+  return libraries;
+}
+
 OpenCL load() {
   std::vector<std::string> tried;
-  if (const char* chosen = std::getenv("TEXSCOPE_OPENCL_LIBRARY")) tried.push_back(chosen);
-  else tried.assign(std::begin(kCandidates), std::end(kCandidates));
+  if (const char* chosen = std::getenv("TEXSCOPE_OPENCL_LIBRARY")) {
+    tried.push_back(chosen);
+  } else {
+    tried.assign(std::begin(kCandidates), std::end(kCandidates));
+    for (const auto& vendor : vendor_libraries()) tried.push_back(vendor);
+  }
   std::string errors;
   for (const std::string& name : tried) {
     void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -40,12 +109,7 @@ OpenCL load() {
     OpenCL cl;
     cl.library = name;
     std::string missing;
-#define TEXSCOPE_LOAD(fn)                                                        \
-  cl.fn = reinterpret_cast<decltype(cl.fn)>(dlsym(handle, #fn));                 \
-  if (!cl.fn) missing += (missing.empty() ? "" : ", ") + std::string(#fn);
-    TEXSCOPE_OPENCL_FUNCTIONS(TEXSCOPE_LOAD)
-#undef TEXSCOPE_LOAD
-    if (missing.empty()) return cl;
+    if (from_exports(handle, cl, missing) || from_icd(handle, cl)) return cl;
     errors += (errors.empty() ? "" : "; ") + name + " lacks " + missing;
     dlclose(handle);
   }
