@@ -303,3 +303,38 @@ def test_the_flavours_the_runner_folds_are_the_knowledge_bases(runner):
     for scope, (layers, height, width) in FLAVOUR_AXES.items():
         braced = ", ".join("{" + ", ".join(map(str, axes)) + "}" for axes in (layers, height, width))
         assert f'{{"{scope}", {braced}}}' in source, scope
+
+
+def _installed_driver() -> str | None:
+    vendors = Path(os.environ.get("OCL_ICD_VENDORS", "/etc/OpenCL/vendors"))
+    files = sorted(vendors.glob("*.icd")) if vendors.is_dir() else [vendors]
+    for file in files:
+        if file.is_file() and (library := file.read_text().strip()):
+            return library
+    return None
+
+
+def test_a_driver_is_used_directly_where_no_loader_is_chosen(runner, resnet, tmp_path):
+    """TEXSCOPE_OPENCL_LIBRARY names the library to open: a loader, or (as
+    on a machine without ocl-icd) a vendor's driver, used through its
+    dispatch table; the outputs are the loader's, bit for bit."""
+    driver = _installed_driver()
+    if driver is None:
+        pytest.skip("no OpenCL vendor (.icd) file names a driver library")
+    out, inputs = resnet
+    np.savez(tmp_path / "inputs.npz", *inputs)
+    for name, library in (("loader", None), ("driver", driver)):
+        env = dict(os.environ)
+        if library:
+            env["TEXSCOPE_OPENCL_LIBRARY"] = library
+        done = subprocess.run([str(runner), str(out), "--inputs", str(tmp_path / "inputs.npz"),
+                               "--save-outputs", str(tmp_path / f"{name}.npz")],
+                              capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+    with np.load(tmp_path / "loader.npz") as loader, np.load(tmp_path / "driver.npz") as direct:
+        np.testing.assert_array_equal(loader["gv"], direct["gv"])
+    env = dict(os.environ, TEXSCOPE_OPENCL_LIBRARY=str(tmp_path / "libOpenCL-nowhere.so"))
+    done = subprocess.run([str(runner), "--list-devices"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("texscope-run: error: no OpenCL library loads (")
+    assert "TEXSCOPE_OPENCL_LIBRARY" in done.stderr
