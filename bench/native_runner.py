@@ -13,7 +13,9 @@ The Python steady state here is this script's own loop over the replay's
 pieces (``DeviceMemory``, one kernel object per launch, arguments set once),
 the same recipe as texscope-run's ``--steady``.
 
-Where TVM is not installed (the GPU machine), build here and time there:
+Run: ``python bench/native_runner.py [--device N] [--steady N] [model ...]``
+builds the models here and times them here.  Where TVM is not installed
+(the GPU machine), build here and time there:
 
     python bench/native_runner.py --export DIR [model ...]     # here, with TVM
     python bench/native_runner.py --replay DIR [--binary PATH] [--device N] [--markdown]
@@ -41,15 +43,24 @@ from texscope.opencl import replay as rp
 from texscope.opencl.memory import DeviceMemory
 from texscope.opencl.plan import CopyStep, read_plan
 from texscope.opencl.source import compiled, pick_device, pyopencl
+from _cli import refuse_unknown
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("resnet", "mobilenet_v2", "unet", "inception", "chain64",
            "hand_recrop", "face_detection_short_range")
 
 
-def export(directory: Path, names) -> None:
-    """Build each model for adreno-opencl (the target's own texture limits)
-    and write it with random inputs: what a TVM-free machine times."""
+def known_models() -> list[str]:
+    from texscope.models import zoo  # needs TVM: only where models are built
+    from texscope.models.corpus import mediapipe_models
+
+    return [*zoo.NETWORKS, *mediapipe_models()]
+
+
+def export(directory: Path, names, target="adreno-opencl") -> None:
+    """Build each model for ``target`` (by default adreno-opencl with its own
+    texture limits) and write it with random inputs: what a TVM-free machine
+    times."""
     import texscope  # needs TVM: only where models are built
     from texscope.diagnostics import verify
     from texscope.frontend.tflite_model import load_tflite
@@ -61,7 +72,7 @@ def export(directory: Path, names) -> None:
             mod = zoo.with_constant_weights(zoo.NETWORKS[name]())
         else:
             mod = load_tflite(mediapipe_models()[name])
-        texscope.build(mod, "adreno-opencl").export(directory / name)
+        texscope.build(mod, target).export(directory / name)
         np.savez(directory / f"{name}.inputs.npz", *verify.random_inputs(mod))
         print(f"exported {name} -> {directory / name}", flush=True)
 
@@ -175,7 +186,7 @@ def table(rows: list[dict], markdown: bool) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="*", help=f"default: {' '.join(DEFAULT)}")
-    mode = p.add_mutually_exclusive_group(required=True)
+    mode = p.add_mutually_exclusive_group()
     mode.add_argument("--export", type=Path, metavar="DIR", help="build here (needs TVM)")
     mode.add_argument("--replay", type=Path, metavar="DIR", help="time what --export wrote")
     p.add_argument("--binary", type=Path, default=ROOT / "runtime" / "build" / "texscope-run")
@@ -184,12 +195,29 @@ def main(argv=None) -> int:
     p.add_argument("--steady", type=int, default=50, help="steady-state inferences (median)")
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args(argv)
+    if args.replay is None:
+        refuse_unknown(p, args.models, known_models())
+    elif not args.replay.is_dir():
+        p.error(f"{args.replay}: no such folder (native_runner.py --export writes one)")
+    else:
+        refuse_unknown(p, args.models, [d.name for d in args.replay.iterdir() if d.is_dir()])
+    if args.export is None and not args.binary.is_file():
+        p.error(f"{args.binary}: no texscope-run; build it: cmake -S runtime -B runtime/build "
+                "&& cmake --build runtime/build")
     try:
         if args.export:
             export(args.export, args.models or DEFAULT)
             return 0
-        names = args.models or sorted(d.name for d in args.replay.iterdir() if d.is_dir())
-        rows = measure(args.replay, names, args.binary, args)
+        if args.replay is None:
+            from texscope.opencl import device_target  # needs TVM, as building here does
+
+            with tempfile.TemporaryDirectory() as tmp:
+                export(Path(tmp), args.models or DEFAULT,
+                       device_target(pick_device(args.device), "adreno-opencl"))
+                rows = measure(Path(tmp), args.models or DEFAULT, args.binary, args)
+        else:
+            names = args.models or sorted(d.name for d in args.replay.iterdir() if d.is_dir())
+            rows = measure(args.replay, names, args.binary, args)
         device = pick_device(args.device)
         print(f"{rp._describe(device)}; steady: median of {args.steady} inferences; "
               f"device: profiled, median of {args.repeat} runs")
