@@ -338,3 +338,16 @@ def test_a_driver_is_used_directly_where_no_loader_is_chosen(runner, resnet, tmp
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert done.stderr.startswith("texscope-run: error: no OpenCL library loads (")
     assert "TEXSCOPE_OPENCL_LIBRARY" in done.stderr
+
+
+def test_half_kernels_on_a_device_without_fp16_are_refused_as_the_replay_refuses(runner,
+                                                                                 builds):
+    from texscope.opencl.source import devices
+
+    if "cl_khr_fp16" in devices()[0].extensions.split():
+        pytest.skip("the first OpenCL device has cl_khr_fp16")
+    out, inputs = builds.get("seed-float16", lambda: relax.transform.ToMixedPrecision(
+        out_dtype="float16")(zoo_model("seed")()))
+    done = run(runner, out)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "lacks cl_khr_fp16, which these kernels need" in done.stderr

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
-#include <set>
 
 #include <nlohmann/json.hpp>
 

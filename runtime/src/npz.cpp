@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <functional>
+#include <cerrno>
 #include <iterator>
 #include <sstream>
 

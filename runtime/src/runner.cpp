@@ -1,6 +1,7 @@
 #include "runner.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 
