@@ -1,6 +1,7 @@
 #include "runner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -111,6 +112,89 @@ class QuietStderr {
   int saved_;
 };
 
+// (width, height, layers) in texels of a texture-scoped tensor's image.
+std::array<size_t, 3> image_extent(const TensorSpec& spec) {
+  if (spec.dtype != "float32" && spec.dtype != "float16")
+    throw Error("tensor " + spec.name + ": " + spec.dtype + " is not an image texel type");
+  const Flavour* flavour = nullptr;
+  for (const auto& f : kFlavours)
+    if (spec.scope == f.scope) flavour = &f;
+  if (!flavour) throw Error("tensor " + spec.name + ": unknown texture scope '" + spec.scope + "'");
+  const std::vector<int64_t> shape = spec.extents();
+  if (shape.size() != 5 || shape[4] != kTexelLanes)
+    throw Error("tensor " + spec.name + ": a " + spec.scope + " image needs a 5-D shape with " +
+                "an inner axis of 4, not " + shape_list(shape));
+  auto fold = [&shape](const std::vector<int>& axes) {
+    size_t n = 1;
+    for (int axis : axes) n *= size_t(shape[axis]);
+    return n;
+  };
+  return {fold(flavour->width), fold(flavour->height), fold(flavour->layers)};
+}
+
+// The replay's checks of a resolved plan against its kernels and the
+// device, made before anything is compiled or allocated: every launched
+// kernel defined in the source (known from the source, not from
+// CL_PROGRAM_KERNEL_NAMES: NVIDIA's driver corrupts its heap answering that
+// for many long names), every tensor argument held in the scope the kernel
+// takes it in and declared as that storage, copies between equal shapes of
+// tensors already written, every image within the device's limits.
+void check_plan(const Plan& plan, const OpenCL& cl, cl_device_id device) {
+  const auto declared = kernel_signatures(plan.source);
+  std::vector<std::string> used = plan.inputs;
+  for (const auto& [name, array] : plan.constants) used.push_back(name);
+  for (const Step& step : plan.steps) {
+    if (step.kind == Step::Copy) {
+      const TensorSpec &source = plan.spec(step.source), &target = plan.spec(step.target);
+      if (source.extents() != target.extents() || source.dtype != target.dtype)
+        throw Error("copy " + source.name + " -> " + target.name + ": shapes or types differ");
+      if (std::find(used.begin(), used.end(), source.name) == used.end())
+        throw Error(located(step.binding, "the copy reads " + source.name +
+                    " before anything writes it"));
+      used.push_back(target.name);
+      continue;
+    }
+    auto params = declared.find(step.kernel);
+    if (params == declared.end())
+      throw Error(located(step.binding, "kernel " + step.kernel + " is not in the OpenCL source"));
+    if (params->second.size() != step.args.size())
+      throw Error(located(step.binding, "kernel " + step.kernel + " declares " +
+                  std::to_string(params->second.size()) + " parameters; the plan passes " +
+                  std::to_string(step.args.size())));
+    for (size_t position = 0; position < step.args.size(); ++position) {
+      const Arg& arg = step.args[position];
+      if (arg.kind == Arg::Scalar) scalar_bytes(arg, step.binding);
+      if (arg.kind != Arg::Tensor) continue;
+      const TensorSpec& tensor = plan.spec(arg.name);
+      if (tensor.scope != arg.scope)
+        throw Error(located(step.binding, "kernel " + step.kernel + " takes " + tensor.name +
+                    " as '" + arg.scope + "' but the program holds it in '" + tensor.scope + "'"));
+      const std::string& param = params->second[position];
+      if (tensor.is_texture() != (param.find("image2d_array_t") != std::string::npos))
+        throw Error(located(step.binding, "kernel " + step.kernel + " declares `" + param +
+                    "` for " + tensor.name + ", held in '" + tensor.scope +
+                    "'; textures are image2d_array_t images and buffers otherwise"));
+      used.push_back(tensor.name);
+    }
+  }
+  const size_t limits[3] = {device_info<size_t>(cl, device, CL_DEVICE_IMAGE2D_MAX_WIDTH),
+                            device_info<size_t>(cl, device, CL_DEVICE_IMAGE2D_MAX_HEIGHT),
+                            device_info<size_t>(cl, device, CL_DEVICE_IMAGE_MAX_ARRAY_SIZE)};
+  for (const auto& name : used) {
+    const TensorSpec& spec = plan.spec(name);
+    if (!spec.is_texture()) continue;
+    const std::array<size_t, 3> extent = image_extent(spec);
+    if (extent[0] > limits[0] || extent[1] > limits[1] || extent[2] > limits[2])
+      throw Error("tensor " + spec.name + ": its " + spec.scope + " image is " +
+                  std::to_string(extent[0]) + " x " + std::to_string(extent[1]) + " texels x " +
+                  std::to_string(extent[2]) + " layers, over this device's " +
+                  std::to_string(limits[0]) + " x " + std::to_string(limits[1]) + " x " +
+                  std::to_string(limits[2]) + "; build for a target with texture_spatial_limit=" +
+                  std::to_string(std::min(limits[0], limits[1])) +
+                  " and texture_depth_limit=" + std::to_string(limits[2]));
+  }
+}
+
 }  // namespace
 
 struct Session::Memory {
@@ -184,6 +268,7 @@ Session::Session(const Plan& plan, const Device& device)
     throw Error(name + " lacks cl_khr_fp16, which these kernels need (float16 tensors are "
                 "computed in half precision): run them on a device that has it (Adreno and "
                 "Mali GPUs do) or build the model in float32");
+  check_plan(plan, cl_, device.id);
   cl_int status = CL_SUCCESS;
   context_ = cl_.clCreateContext(nullptr, 1, &device.id, nullptr, nullptr, &status);
   check(status, "clCreateContext");
@@ -211,12 +296,11 @@ Session::Session(const Plan& plan, const Device& device)
   }
   for (const auto& input : plan.inputs) allocate(plan.spec(input));
   for (const auto& [constant, array] : plan.constants) upload(plan.spec(constant), array, true);
-  const auto declared = kernel_signatures(plan.source);
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const Step& step = plan.steps[i];
     size_t first = commands_.size();
-    if (step.kind == Step::Copy) add_copy(plan.spec(step.source), plan.spec(step.target), step.binding);
-    else add_launch(step, declared);
+    if (step.kind == Step::Copy) add_copy(plan.spec(step.source), plan.spec(step.target));
+    else add_launch(step);
     for (size_t c = first; c < commands_.size(); ++c) commands_[c].step = i;
   }
 }
@@ -233,37 +317,11 @@ const Session::Memory& Session::allocate(const TensorSpec& spec) {
   auto found = by_name_.find(spec.name);
   if (found != by_name_.end()) return *found->second;
   auto memory = std::make_unique<Memory>();
-  const std::vector<int64_t> shape = spec.extents();
   int64_t count = 1;
-  for (int64_t extent : shape) count *= extent;
+  for (int64_t extent : spec.extents()) count *= extent;
   cl_int status = CL_SUCCESS;
   if (spec.is_texture()) {
-    if (spec.dtype != "float32" && spec.dtype != "float16")
-      throw Error("tensor " + spec.name + ": " + spec.dtype + " is not an image texel type");
-    const Flavour* flavour = nullptr;
-    for (const auto& f : kFlavours)
-      if (spec.scope == f.scope) flavour = &f;
-    if (!flavour) throw Error("tensor " + spec.name + ": unknown texture scope '" + spec.scope + "'");
-    if (shape.size() != 5 || shape[4] != kTexelLanes)
-      throw Error("tensor " + spec.name + ": a " + spec.scope + " image needs a 5-D shape with " +
-                  "an inner axis of 4, not " + shape_list(shape));
-    auto fold = [&](const std::vector<int>& axes) {
-      size_t n = 1;
-      for (int axis : axes) n *= size_t(shape[axis]);
-      return n;
-    };
-    size_t extent[3] = {fold(flavour->width), fold(flavour->height), fold(flavour->layers)};
-    size_t limits[3] = {device_info<size_t>(cl_, device_.id, CL_DEVICE_IMAGE2D_MAX_WIDTH),
-                        device_info<size_t>(cl_, device_.id, CL_DEVICE_IMAGE2D_MAX_HEIGHT),
-                        device_info<size_t>(cl_, device_.id, CL_DEVICE_IMAGE_MAX_ARRAY_SIZE)};
-    if (extent[0] > limits[0] || extent[1] > limits[1] || extent[2] > limits[2])
-      throw Error("tensor " + spec.name + ": its " + spec.scope + " image is " +
-                  std::to_string(extent[0]) + " x " + std::to_string(extent[1]) + " texels x " +
-                  std::to_string(extent[2]) + " layers, over this device's " +
-                  std::to_string(limits[0]) + " x " + std::to_string(limits[1]) + " x " +
-                  std::to_string(limits[2]) + "; build for a target with texture_spatial_limit=" +
-                  std::to_string(std::min(limits[0], limits[1])) +
-                  " and texture_depth_limit=" + std::to_string(limits[2]));
+    const std::array<size_t, 3> extent = image_extent(spec);
     cl_image_format format{CL_RGBA, spec.dtype == "float32" ? cl_channel_type(CL_FLOAT)
                                                             : cl_channel_type(CL_HALF_FLOAT)};
     cl_image_desc desc{};
@@ -274,7 +332,7 @@ const Session::Memory& Session::allocate(const TensorSpec& spec) {
     memory->mem = cl_.clCreateImage(context_, CL_MEM_READ_WRITE, &format, &desc, nullptr, &status);
     check(status, ("clCreateImage for " + spec.name).c_str());
     memory->image = true;
-    std::copy(extent, extent + 3, memory->region);
+    std::copy(extent.begin(), extent.end(), memory->region);
     memory->bytes = extent[0] * extent[1] * extent[2] * kTexelLanes * itemsize(spec.dtype);
   } else {
     memory->bytes = std::max<size_t>(size_t(count) * itemsize(spec.dtype), 1);
@@ -301,17 +359,12 @@ const Session::Memory& Session::workspace(const std::string& key, size_t nbytes)
   return *memory_.back();
 }
 
-void Session::add_copy(const TensorSpec& source, const TensorSpec& target,
-                       const std::string& binding) {
-  if (source.extents() != target.extents() || source.dtype != target.dtype)
-    throw Error("copy " + source.name + " -> " + target.name + ": shapes or types differ");
-  if (!by_name_.count(source.name))
-    throw Error(located(binding, "the copy reads " + source.name + " before anything writes it"));
+void Session::add_copy(const TensorSpec& source, const TensorSpec& target) {
   if (source.is_texture() && target.is_texture() && source.scope != target.scope) {
     // Different flavours fold the axes differently: go through a buffer.
     TensorSpec staging{source.name + "->" + target.name, source.shape, source.dtype, "global"};
-    add_copy(source, staging, binding);
-    add_copy(staging, target, binding);
+    add_copy(source, staging);
+    add_copy(staging, target);
     return;
   }
   Command command{};
@@ -323,17 +376,7 @@ void Session::add_copy(const TensorSpec& source, const TensorSpec& target,
   commands_.push_back(command);
 }
 
-void Session::add_launch(const Step& step,
-                         const std::map<std::string, std::vector<std::string>>& declared) {
-  // Known from the source, not from CL_PROGRAM_KERNEL_NAMES, as the replay
-  // does (NVIDIA's driver corrupts its heap answering that for many long names).
-  auto params = declared.find(step.kernel);
-  if (params == declared.end())
-    throw Error(located(step.binding, "kernel " + step.kernel + " is not in the OpenCL source"));
-  if (params->second.size() != step.args.size())
-    throw Error(located(step.binding, "kernel " + step.kernel + " declares " +
-                std::to_string(params->second.size()) + " parameters; the plan passes " +
-                std::to_string(step.args.size())));
+void Session::add_launch(const Step& step) {
   cl_int status = CL_SUCCESS;
   cl_kernel kernel = cl_.clCreateKernel(program_, step.kernel.c_str(), &status);
   check(status, ("clCreateKernel " + step.kernel).c_str());
@@ -352,14 +395,6 @@ void Session::add_launch(const Step& step,
       memory = &workspace(step.binding + "\n" + arg.name, size_t(arg.size.value()));
     } else {
       const TensorSpec& tensor = plan_.spec(arg.name);
-      if (tensor.scope != arg.scope)
-        throw Error(located(step.binding, "kernel " + step.kernel + " takes " + tensor.name +
-                    " as '" + arg.scope + "' but the program holds it in '" + tensor.scope + "'"));
-      const std::string& param = params->second[position];
-      if (tensor.is_texture() != (param.find("image2d_array_t") != std::string::npos))
-        throw Error(located(step.binding, "kernel " + step.kernel + " declares `" + param +
-                    "` for " + tensor.name + ", held in '" + tensor.scope +
-                    "'; textures are image2d_array_t images and buffers otherwise"));
       memory = &allocate(tensor);
     }
     check(cl_.clSetKernelArg(kernel, cl_uint(position), sizeof(cl_mem), &memory->mem),

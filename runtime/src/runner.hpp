@@ -31,9 +31,10 @@ struct CommandTime {
 
 class Session {
  public:
-  // `plan` must be resolved (no size expressions left).  An Error for a
-  // kernel missing from the source, a scope the kernel does not declare, an
-  // image over the device's limits or a compiler error.
+  // `plan` must be resolved (no size expressions left).  An Error, before
+  // anything is compiled, for a kernel missing from the source, a scope the
+  // kernel does not declare or an image over the device's limits; then for
+  // a compiler error.
   Session(const Plan& plan, const Device& device);
   ~Session();
   Session(const Session&) = delete;
@@ -57,8 +58,8 @@ class Session {
 
   const Memory& allocate(const TensorSpec& spec);
   const Memory& workspace(const std::string& key, size_t nbytes);
-  void add_copy(const TensorSpec& source, const TensorSpec& target, const std::string& binding);
-  void add_launch(const Step& step, const std::map<std::string, std::vector<std::string>>& declared);
+  void add_copy(const TensorSpec& source, const TensorSpec& target);
+  void add_launch(const Step& step);
   void upload(const TensorSpec& spec, const Array& array, bool blocking);
   void enqueue(const Command& command, cl_event* event);
   void read_back(const Memory& memory, Array& out);
