@@ -24,6 +24,7 @@ shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
 binary=$build/texscope-run
 
+[ -x "$binary" ] || chmod +x "$binary" 2>/dev/null || true
 if ! "$binary" --help >/dev/null 2>&1; then
   echo "device_check: $binary does not run here; building it with cmake" >&2
   headers=${TEXSCOPE_HEADERS:-}
