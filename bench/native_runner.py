@@ -6,8 +6,11 @@ kernels' and copies' summed time from OpenCL profiling (median of --repeat
 runs), and the steady-state wall time per inference (median of --steady):
 memory, kernels and their arguments set up once, then per inference the
 inputs uploaded, every command enqueued and the outputs read back.  Host
-overhead is the steady wall time less the profiled device time; the native
-runner's goal is at most half the Python replay's.
+overhead ("host") is the steady wall time less the profiled device time (on
+a CPU device such as PoCL, where host and kernels share the cores, noise);
+"issue" is the time the host spends issuing the uploads and commands, before
+it waits for the outputs: the host's own cost whatever the device.  The
+native runner's goal is at most half the Python replay's.
 
 The Python steady state here is this script's own loop over the replay's
 pieces (``DeviceMemory``, one kernel object per launch, arguments set once),
@@ -77,8 +80,9 @@ def export(directory: Path, names, target="adreno-opencl") -> None:
         print(f"exported {name} -> {directory / name}", flush=True)
 
 
-def python_steady(plan, inputs, device, count: int) -> tuple[list, list[float]]:
-    """Outputs and wall seconds of ``count`` inferences after one set-up."""
+def python_steady(plan, inputs, device, count: int) -> tuple[list, list[float], list[float]]:
+    """Outputs, wall seconds and seconds spent issuing the uploads and
+    launches of ``count`` inferences after one set-up."""
     cl = pyopencl()
     context, program = compiled(plan.source, device)
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
@@ -98,7 +102,7 @@ def python_steady(plan, inputs, device, count: int) -> tuple[list, list[float]]:
         launcher.launch(step)
         commands.append((step, kernel))
     queue.finish()
-    walls, outputs = [], None
+    walls, submits, outputs = [], [], None
     for _ in range(count):
         start = time.perf_counter()
         for name, array in zip(plan.inputs, inputs):
@@ -108,9 +112,11 @@ def python_steady(plan, inputs, device, count: int) -> tuple[list, list[float]]:
                 memory.copy(plan.spec(step.source), plan.spec(step.target))
             else:
                 cl.enqueue_nd_range_kernel(queue, kernel, step.global_size, step.local_size)
+        submitted = time.perf_counter()
         outputs = [memory.download(plan.spec(name)) for name in plan.outputs]
         walls.append(time.perf_counter() - start)
-    return outputs, walls
+        submits.append(submitted - start)
+    return outputs, walls, submits
 
 
 def native_device(binary: Path, device) -> int:
@@ -151,7 +157,7 @@ def measure(directory: Path, names, binary: Path, args) -> list[dict]:
         inputs = rp.read_arrays(inputs_file, plan.inputs, "inputs")
         runs = [rp.replay(plan, inputs, device) for _ in range(args.repeat)]
         python_device = sum(t.seconds for t in rp.median_times(runs))
-        steady_outputs, walls = python_steady(plan, inputs, device, args.steady)
+        steady_outputs, walls, submits = python_steady(plan, inputs, device, args.steady)
         theirs = native(binary, build, inputs_file, args, index)
         equal = all(np.array_equal(theirs["outputs"][n], a) and np.array_equal(s, a)
                     for n, a, s in zip(plan.outputs, runs[0].outputs, steady_outputs))
@@ -163,18 +169,28 @@ def measure(directory: Path, names, binary: Path, args) -> list[dict]:
             "python_wall_ms": python_wall * 1e3, "native_wall_ms": native_wall * 1e3,
             "python_host_ms": (python_wall - python_device) * 1e3,
             "native_host_ms": (native_wall - theirs["total_s"]) * 1e3,
+            "python_submit_ms": statistics.median(submits) * 1e3,
+            "native_submit_ms": theirs["steady"]["submit_median_s"] * 1e3,
         })
         print(f"measured {name}", file=sys.stderr, flush=True)
     return rows
 
 
+def _ratio(numerator: float, denominator: float) -> str:
+    return f"{numerator / denominator:.2f}" if denominator > 0 and numerator >= 0 else "-"
+
+
 def table(rows: list[dict], markdown: bool) -> str:
-    head = ["model", "cmds", "bit-equal", "device ms py", "device ms native", "wall ms py",
-            "wall ms native", "host ms py", "host ms native", "host native/py"]
+    head = ["model", "cmds", "bit-equal", "device ms", "wall ms py", "wall ms native",
+            "host ms py", "host ms native", "host native/py", "issue ms py", "issue ms native",
+            "issue native/py"]
     body = [[r["model"], str(r["commands"]), "yes" if r["equal"] else "NO",
-             *(f"{r[k]:.3f}" for k in ("python_device_ms", "native_device_ms", "python_wall_ms",
-                                       "native_wall_ms", "python_host_ms", "native_host_ms")),
-             f"{r['native_host_ms'] / r['python_host_ms']:.2f}" if r["python_host_ms"] > 0 else "-"]
+             f"{r['python_device_ms']:.3f}",
+             *(f"{r[k]:.3f}" for k in ("python_wall_ms", "native_wall_ms", "python_host_ms",
+                                       "native_host_ms")),
+             _ratio(r["native_host_ms"], r["python_host_ms"]),
+             f"{r['python_submit_ms']:.3f}", f"{r['native_submit_ms']:.3f}",
+             _ratio(r["native_submit_ms"], r["python_submit_ms"])]
             for r in rows]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

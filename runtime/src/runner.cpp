@@ -520,18 +520,19 @@ std::vector<CommandTime> Session::run(const std::vector<Array>& inputs,
   return times;
 }
 
-double Session::infer(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+Session::Wall Session::infer(const std::vector<Array>& inputs, std::vector<Array>& outputs) {
+  using Clock = std::chrono::steady_clock;
   if (outputs.size() != plan_.outputs.size()) outputs = start_outputs();
-  auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   staged_inputs_.clear();
   for (size_t i = 0; i < inputs.size(); ++i) upload(plan_.spec(plan_.inputs[i]), inputs[i], false);
   for (const Command& command : commands_) enqueue(command, nullptr);
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const Memory& m = *by_name_.at(plan_.outputs[i]);
-    read_back(m, outputs[i]);
-  }
+  const auto submitted = Clock::now();
+  for (size_t i = 0; i < outputs.size(); ++i) read_back(*by_name_.at(plan_.outputs[i]), outputs[i]);
   check(cl_.clFinish(queue_), "clFinish");
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = Clock::now();
+  return {std::chrono::duration<double>(end - start).count(),
+          std::chrono::duration<double>(submitted - start).count()};
 }
 
 int Session::launches() const {

@@ -43,9 +43,14 @@ class Session {
   // One inference timed by OpenCL's profiling events; `outputs` in the
   // plan's order.
   std::vector<CommandTime> run(const std::vector<Array>& inputs, std::vector<Array>& outputs);
-  // One inference without events, as an application runs one; the host's
-  // wall time (seconds) from the first upload to the last output read.
-  double infer(const std::vector<Array>& inputs, std::vector<Array>& outputs);
+  // One inference without events, as an application runs one: the host's
+  // wall time (seconds) from the first upload to the last output read, and
+  // the part of it spent issuing the uploads and launches (the host's own
+  // cost, whatever the device's speed).
+  struct Wall {
+    double total, submit;
+  };
+  Wall infer(const std::vector<Array>& inputs, std::vector<Array>& outputs);
 
   int launches() const;
   int copies() const;
