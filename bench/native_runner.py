@@ -176,6 +176,13 @@ def measure(directory: Path, names, binary: Path, args) -> list[dict]:
     return rows
 
 
+def commit() -> str:
+    """This checkout's commit, or "unknown" (a copy without .git)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
 def _ratio(numerator: float, denominator: float) -> str:
     return f"{numerator / denominator:.2f}" if denominator > 0 and numerator >= 0 else "-"
 
@@ -235,8 +242,9 @@ def main(argv=None) -> int:
             names = args.models or sorted(d.name for d in args.replay.iterdir() if d.is_dir())
             rows = measure(args.replay, names, args.binary, args)
         device = pick_device(args.device)
-        print(f"{rp._describe(device)}; steady: median of {args.steady} inferences; "
-              f"device: profiled, median of {args.repeat} runs")
+        print(f"{time.strftime('%Y-%m-%d', time.gmtime())}, {rp._describe(device)}, commit "
+              f"{commit()}; steady: median of {args.steady} inferences; device: profiled, "
+              f"median of {args.repeat} runs")
         print(table(rows, args.markdown))
         return 0 if all(r["equal"] for r in rows) else 1
     except TexscopeError as err:
