@@ -261,6 +261,17 @@ Device pick_device(int index) {
 
 Session::Session(const Plan& plan, const Device& device)
     : plan_(plan), cl_(opencl()), device_(device) {
+  try {
+    set_up();
+  } catch (...) {
+    release();  // the destructor of a half-made object does not run
+    throw;
+  }
+}
+
+void Session::set_up() {
+  const Plan& plan = plan_;
+  const Device& device = device_;
   const std::string name = stripped(text_info(cl_, device.id, CL_DEVICE_NAME));
   if (needs_fp16(plan.source) &&
       (" " + text_info(cl_, device.id, CL_DEVICE_EXTENSIONS) + " ").find(" cl_khr_fp16 ") ==
@@ -305,12 +316,19 @@ Session::Session(const Plan& plan, const Device& device)
   }
 }
 
-Session::~Session() {
+Session::~Session() { release(); }
+
+void Session::release() {
   for (cl_kernel kernel : kernels_) cl_.clReleaseKernel(kernel);
   for (const auto& memory : memory_) cl_.clReleaseMemObject(memory->mem);
   if (program_) cl_.clReleaseProgram(program_);
   if (queue_) cl_.clReleaseCommandQueue(queue_);
   if (context_) cl_.clReleaseContext(context_);
+  kernels_.clear();
+  memory_.clear();
+  program_ = nullptr;
+  queue_ = nullptr;
+  context_ = nullptr;
 }
 
 const Session::Memory& Session::allocate(const TensorSpec& spec) {

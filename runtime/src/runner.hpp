@@ -61,6 +61,8 @@ class Session {
   struct Memory;
   struct Command;
 
+  void set_up();
+  void release();
   const Memory& allocate(const TensorSpec& spec);
   const Memory& workspace(const std::string& key, size_t nbytes);
   void add_copy(const TensorSpec& source, const TensorSpec& target);
