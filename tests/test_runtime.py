@@ -11,8 +11,10 @@ it) or $TEXSCOPE_RUN; where neither exists the tests skip, saying so.
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -155,6 +157,26 @@ def test_expected_outputs_are_compared_as_the_replay_compares_them(runner, resne
     assert good.returncode == 0 and f"against {tmp_path / 'good.npz'}: max abs error" in good.stdout
     assert good.stdout.count("-> OK") == 1
     assert bad.returncode == 1 and "-> MISMATCH" in bad.stdout
+
+
+def test_the_report_reads_as_the_replays(runner, resnet, tmp_path):
+    out, inputs = resnet
+    np.savez(tmp_path / "inputs.npz", *inputs)
+    args = [f"{out}/", "--inputs", tmp_path / "inputs.npz", "--top", 3]
+    native = run(runner, *args)
+    python = subprocess.run([sys.executable, "-m", "texscope.opencl.replay", *map(str, args)],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert native.returncode == python.returncode == 0, native.stderr + python.stderr
+    native_lines, python_lines = native.stdout.splitlines(), python.stdout.splitlines()
+    assert native_lines[0] == python_lines[0] == (
+        f"ran {out / 'plan.json'} on {python_lines[0].split(' on ', 1)[1]}")
+    assert len(native_lines) == len(python_lines) == 5
+    assert native_lines[1].startswith("time per command (one run), slowest first (total ")
+    # The same commands' rows, "  <ms> ms  <binding padded to 12> <kernel>".
+    row = re.compile(r"^ +\d+\.\d{3} ms  (\S+ +)(\S+)$")
+    assert all(row.match(line) for line in native_lines[2:])
+    assert {row.match(x).group(2) for x in native_lines[2:]} <= {
+        t.kernel for t in replay(read_plan(out), inputs).times}
 
 
 def test_the_steady_state_runs_time_each_inference(runner, resnet, tmp_path):

@@ -212,9 +212,11 @@ int run(const Options& o) {
     return 0;
   }
   if (!o.directory) throw Error("give the directory `texscope build -o DIR` wrote");
+  std::string directory = *o.directory;
+  while (directory.size() > 1 && directory.back() == '/') directory.pop_back();
   exclusive(o.save_outputs);
   exclusive(o.times);
-  Plan plan = read_plan(*o.directory);
+  Plan plan = read_plan(directory);
   std::vector<Array> inputs =
       o.inputs ? read_arrays(*o.inputs, plan.inputs, "inputs") : random_inputs(plan, o.seed);
   std::optional<std::vector<Array>> expected;
@@ -246,7 +248,7 @@ int run(const Options& o) {
   for (size_t k = 0; k < steady_outputs.size(); ++k)
     if (steady_outputs[k].data != outputs[k].data) unsteady.push_back(plan.outputs[k]);
   const std::string description = device.describe();
-  std::cout << "ran " << *o.directory << "/plan.json on " << description << ": "
+  std::cout << "ran " << plan.path << " on " << description << ": "
             << session.launches() << " kernel launches, " << session.copies() << " copies, "
             << session.images() << " images\n";
   int status = 0;
@@ -265,10 +267,10 @@ int run(const Options& o) {
   std::stable_sort(slowest.begin(), slowest.end(),
                    [](const CommandTime& a, const CommandTime& b) { return a.seconds > b.seconds; });
   for (int i = 0; i < std::min<int>(o.top, int(slowest.size())); ++i) {
-    char line[64];
-    std::snprintf(line, sizeof line, "  %9.3f ms  %-12s ", slowest[i].seconds * 1e3,
-                  slowest[i].binding.c_str());
-    std::cout << line << slowest[i].kernel << "\n";
+    std::string binding = slowest[i].binding;
+    binding.resize(std::max<size_t>(binding.size(), 12), ' ');  // Python's {:<12}
+    std::cout << "  " << format("%9.3f", slowest[i].seconds * 1e3) << " ms  " << binding << " "
+              << slowest[i].kernel << "\n";
   }
   if (!walls.empty())
     std::cout << "steady state: " << format("%.3f", median(walls) * 1e3)
