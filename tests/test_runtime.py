@@ -321,7 +321,7 @@ def test_weights_npz_is_stored_uncompressed_for_the_native_reader(resnet):
         assert {entry.compress_type for entry in weights.infolist()} == {zipfile.ZIP_STORED}
 
 
-def test_the_flavours_the_runner_folds_are_the_knowledge_bases(runner):
+def test_the_flavours_the_runner_folds_are_the_knowledge_bases():
     from texscope.knowledge.scopes import FLAVOUR_AXES
 
     source = (ROOT / "runtime" / "src" / "runner.cpp").read_text()
