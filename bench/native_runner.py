@@ -1,0 +1,256 @@
+"""texscope-run (runtime/) against the Python replay: same outputs, less host time.
+
+For each build, on one OpenCL device: both runners' outputs on the same
+inputs (bit-equal expected: the same kernels, arguments and memory), the
+kernels' and copies' summed time from OpenCL profiling (median of --repeat
+runs), and the steady-state wall time per inference (median of --steady):
+memory, kernels and their arguments set up once, then per inference the
+inputs uploaded, every command enqueued and the outputs read back.  Host
+overhead ("host") is the steady wall time less the profiled device time (on
+a CPU device such as PoCL, where host and kernels share the cores, noise);
+"issue" is the time the host spends issuing the uploads and commands, before
+it waits for the outputs: the host's own cost whatever the device.  The
+native runner's goal is at most half the Python replay's.
+
+The Python steady state here is this script's own loop over the replay's
+pieces (``DeviceMemory``, one kernel object per launch, arguments set once),
+the same recipe as texscope-run's ``--steady``.
+
+Run: ``python bench/native_runner.py [--device N] [--steady N] [model ...]``
+builds the models here and times them here.  Where TVM is not installed
+(the GPU machine), build here and time there:
+
+    python bench/native_runner.py --export DIR [model ...]     # here, with TVM
+    python bench/native_runner.py --replay DIR [--binary PATH] [--device N] [--markdown]
+
+Models: the zoo networks and MediaPipe .tflite names (default: the zoo's
+resnet, mobilenet_v2, unet, inception, chain64, and hand_recrop and
+face_detection_short_range).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from texscope.errors import TexscopeError
+from texscope.opencl import replay as rp
+from texscope.opencl.memory import DeviceMemory
+from texscope.opencl.plan import CopyStep, read_plan
+from texscope.opencl.source import compiled, pick_device, pyopencl
+from _cli import refuse_unknown
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ("resnet", "mobilenet_v2", "unet", "inception", "chain64",
+           "hand_recrop", "face_detection_short_range")
+
+
+def known_models() -> list[str]:
+    from texscope.models import zoo  # needs TVM: only where models are built
+    from texscope.models.corpus import mediapipe_models
+
+    return [*zoo.NETWORKS, *mediapipe_models()]
+
+
+def export(directory: Path, names, target="adreno-opencl") -> None:
+    """Build each model for ``target`` (by default adreno-opencl with its own
+    texture limits) and write it with random inputs: what a TVM-free machine
+    times."""
+    import texscope  # needs TVM: only where models are built
+    from texscope.diagnostics import verify
+    from texscope.frontend.tflite_model import load_tflite
+    from texscope.models import zoo
+    from texscope.models.corpus import mediapipe_models
+
+    for name in names:
+        if name in zoo.NETWORKS:
+            mod = zoo.with_constant_weights(zoo.NETWORKS[name]())
+        else:
+            mod = load_tflite(mediapipe_models()[name])
+        texscope.build(mod, target).export(directory / name)
+        np.savez(directory / f"{name}.inputs.npz", *verify.random_inputs(mod))
+        print(f"exported {name} -> {directory / name}", flush=True)
+
+
+def python_steady(plan, inputs, device, count: int) -> tuple[list, list[float], list[float]]:
+    """Outputs, wall seconds and seconds spent issuing the uploads and
+    launches of ``count`` inferences after one set-up."""
+    cl = pyopencl()
+    context, program = compiled(plan.source, device)
+    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    memory = DeviceMemory(cl, context, queue)
+    for name, array in zip(plan.inputs, inputs):
+        memory.upload(plan.spec(name), array)
+    for name, array in plan.constants.items():
+        memory.upload(plan.spec(name), array)
+    launcher = rp.Launcher(cl, program, memory, plan)
+    commands = []
+    for step in plan.steps:
+        if isinstance(step, CopyStep):
+            commands.append((step, None))
+            continue
+        kernel = cl.Kernel(program, step.kernel)  # one per launch: its arguments stay set
+        launcher.kernels[step.kernel] = kernel
+        launcher.launch(step)
+        commands.append((step, kernel))
+    queue.finish()
+    walls, submits, outputs = [], [], None
+    for _ in range(count):
+        start = time.perf_counter()
+        for name, array in zip(plan.inputs, inputs):
+            memory.upload(plan.spec(name), array)
+        for step, kernel in commands:
+            if kernel is None:
+                memory.copy(plan.spec(step.source), plan.spec(step.target))
+            else:
+                cl.enqueue_nd_range_kernel(queue, kernel, step.global_size, step.local_size)
+        submitted = time.perf_counter()
+        outputs = [memory.download(plan.spec(name)) for name in plan.outputs]
+        walls.append(time.perf_counter() - start)
+        submits.append(submitted - start)
+    return outputs, walls, submits
+
+
+def native_device(binary: Path, device) -> int:
+    """The index texscope-run gives ``device`` (it may see other platforms
+    than pyopencl: it opens drivers directly where no loader is installed)."""
+    done = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise TexscopeError(f"{binary} --list-devices: {done.stderr.strip()}")
+    for line in done.stdout.splitlines():
+        index, _, description = line.partition(": ")
+        if description == rp._describe(device):
+            return int(index)
+    raise TexscopeError(f"{binary} does not see {rp._describe(device)}; it lists: "
+                        f"{'; '.join(done.stdout.splitlines())}")
+
+
+def native(binary: Path, build: Path, inputs: Path, args, index: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out, times = Path(tmp) / "outputs.npz", Path(tmp) / "times.json"
+        done = subprocess.run(
+            [str(binary), str(build), "--inputs", str(inputs), "--save-outputs", str(out),
+             "--times", str(times), "--repeat", str(args.repeat), "--steady", str(args.steady),
+             "--device", str(index)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise TexscopeError(f"{binary} on {build}: {done.stderr.strip()}")
+        with np.load(out) as saved:
+            outputs = {name: saved[name] for name in saved.files}
+        return {"outputs": outputs, **json.loads(times.read_text())}
+
+
+def measure(directory: Path, names, binary: Path, args) -> list[dict]:
+    device = pick_device(args.device)
+    index = native_device(binary, device)
+    rows = []
+    for name in names:
+        build, inputs_file = directory / name, directory / f"{name}.inputs.npz"
+        plan = read_plan(build)
+        inputs = rp.read_arrays(inputs_file, plan.inputs, "inputs")
+        runs = [rp.replay(plan, inputs, device) for _ in range(args.repeat)]
+        python_device = sum(t.seconds for t in rp.median_times(runs))
+        steady_outputs, walls, submits = python_steady(plan, inputs, device, args.steady)
+        theirs = native(binary, build, inputs_file, args, index)
+        equal = all(np.array_equal(theirs["outputs"][n], a) and np.array_equal(s, a)
+                    for n, a, s in zip(plan.outputs, runs[0].outputs, steady_outputs))
+        python_wall = statistics.median(walls)
+        native_wall = theirs["steady"]["median_s"]
+        rows.append({
+            "model": name, "equal": equal, "commands": len(plan.steps),
+            "python_device_ms": python_device * 1e3, "native_device_ms": theirs["total_s"] * 1e3,
+            "python_wall_ms": python_wall * 1e3, "native_wall_ms": native_wall * 1e3,
+            "python_host_ms": (python_wall - python_device) * 1e3,
+            "native_host_ms": (native_wall - theirs["total_s"]) * 1e3,
+            "python_submit_ms": statistics.median(submits) * 1e3,
+            "native_submit_ms": theirs["steady"]["submit_median_s"] * 1e3,
+        })
+        print(f"measured {name}", file=sys.stderr, flush=True)
+    return rows
+
+
+def commit() -> str:
+    """This checkout's commit, or "unknown" (a copy without .git)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
+def _ratio(numerator: float, denominator: float) -> str:
+    return f"{numerator / denominator:.2f}" if denominator > 0 and numerator >= 0 else "-"
+
+
+def table(rows: list[dict], markdown: bool) -> str:
+    head = ["model", "cmds", "bit-equal", "device ms", "wall ms py", "wall ms native",
+            "host ms py", "host ms native", "host native/py", "issue ms py", "issue ms native",
+            "issue native/py"]
+    body = [[r["model"], str(r["commands"]), "yes" if r["equal"] else "NO",
+             f"{r['python_device_ms']:.3f}",
+             *(f"{r[k]:.3f}" for k in ("python_wall_ms", "native_wall_ms", "python_host_ms",
+                                       "native_host_ms")),
+             _ratio(r["native_host_ms"], r["python_host_ms"]),
+             f"{r['python_submit_ms']:.3f}", f"{r['native_submit_ms']:.3f}",
+             _ratio(r["native_submit_ms"], r["python_submit_ms"])]
+            for r in rows]
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
+    widths = [max(len(x) for x in column) for column in zip(head, *body)]
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in [head, *body])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("models", nargs="*", help=f"default: {' '.join(DEFAULT)}")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--export", type=Path, metavar="DIR", help="build here (needs TVM)")
+    mode.add_argument("--replay", type=Path, metavar="DIR", help="time what --export wrote")
+    p.add_argument("--binary", type=Path, default=ROOT / "runtime" / "build" / "texscope-run")
+    p.add_argument("--device", type=int)
+    p.add_argument("--repeat", type=int, default=5, help="profiled runs (median per command)")
+    p.add_argument("--steady", type=int, default=50, help="steady-state inferences (median)")
+    p.add_argument("--markdown", action="store_true")
+    args = p.parse_args(argv)
+    if args.replay is None:
+        refuse_unknown(p, args.models, known_models())
+    elif not args.replay.is_dir():
+        p.error(f"{args.replay}: no such folder (native_runner.py --export writes one)")
+    else:
+        refuse_unknown(p, args.models, [d.name for d in args.replay.iterdir() if d.is_dir()])
+    if args.export is None and not args.binary.is_file():
+        p.error(f"{args.binary}: no texscope-run; build it: cmake -S runtime -B runtime/build "
+                "&& cmake --build runtime/build")
+    try:
+        if args.export:
+            export(args.export, args.models or DEFAULT)
+            return 0
+        if args.replay is None:
+            from texscope.opencl import device_target  # needs TVM, as building here does
+
+            with tempfile.TemporaryDirectory() as tmp:
+                export(Path(tmp), args.models or DEFAULT,
+                       device_target(pick_device(args.device), "adreno-opencl"))
+                rows = measure(Path(tmp), args.models or DEFAULT, args.binary, args)
+        else:
+            names = args.models or sorted(d.name for d in args.replay.iterdir() if d.is_dir())
+            rows = measure(args.replay, names, args.binary, args)
+        device = pick_device(args.device)
+        print(f"{time.strftime('%Y-%m-%d', time.gmtime())}, {rp._describe(device)}, commit "
+              f"{commit()}; steady: median of {args.steady} inferences; device: profiled, "
+              f"median of {args.repeat} runs")
+        print(table(rows, args.markdown))
+        return 0 if all(r["equal"] for r in rows) else 1
+    except TexscopeError as err:
+        print(f"native_runner: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
