@@ -31,6 +31,7 @@ Run: ``python bench/opencl_run.py [--device N] [--repeat R] [network ...]``
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ from texscope.errors import TexscopeError
 from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
+from texscope.opencl.session import Session
 from texscope.opencl.source import pick_device
 from _cli import refuse_unknown
 
@@ -83,13 +85,20 @@ def targets(base, device=None) -> dict:
             "buffers": dict(with_images, texture_spatial_limit=1, texture_depth_limit=1)}
 
 
-def export(directory: Path, names, base: str) -> None:
-    """Build every network both ways and write what a TVM-free replay needs."""
+def export(directory: Path, loaders: dict, base: str) -> None:
+    """Build every model both ways and write what a TVM-free replay needs:
+    ``DIR/<name>/{textures,buffers}/``, ``inputs.npz``, ``expected.npz`` (the
+    CPU's outputs), and ``model.tflite`` where the model's loader reads a
+    ``.tflite`` file (a ``functools.partial`` of it, as
+    ``_cli.chosen_models`` makes them).  ``loaders``: name -> a callable
+    giving the model's Relax module."""
+    import shutil
+
     import texscope
     from texscope.diagnostics import verify
 
-    for name in names:
-        mod = network(name)
+    for name, loader in loaders.items():
+        mod = loader()
         inputs = scaled_inputs(mod)
         root = directory / name
         for build_name, target in targets(base).items():
@@ -97,30 +106,52 @@ def export(directory: Path, names, base: str) -> None:
             texscope.build(mod, target).export(root / build_name)
         np.savez(root / "inputs.npz", *inputs)
         np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        source = getattr(loader, "args", ("",))[0]
+        if str(source).endswith(".tflite"):
+            shutil.copyfile(source, root / "model.tflite")
         print(f"exported {name} -> {root}", flush=True)
 
 
-def _measure(plan_dir: Path, inputs, expected, device, repeat: int) -> dict:
+def measure_plan(plan_dir: Path, inputs, expected, device, repeat: int) -> dict:
+    """One build replayed: a profiled session set up once, warmed up once,
+    then ``repeat`` runs; each command's median time and the outputs'
+    agreement with ``expected``."""
     plan = read_plan(plan_dir)
-    runs = [rp.replay(plan, inputs, device) for _ in range(repeat)]
+    session = Session(plan, inputs, device, profile=True)
+    session.profiled(inputs)
+    runs = [session.profiled(inputs) for _ in range(repeat)]
     times = rp.median_times(runs)
     # Deep float32 networks sum in another order on a GPU than on the CPU; an
     # output reaching 1000 (segmentation logits) differs by ~1e-4 of that.
     scale = max((float(np.abs(e).max(initial=0.0)) for e in expected), default=1.0)
     atol = TOLERANCE * max(1.0, scale)
     check = compare(runs[0].outputs, expected, TOLERANCE, atol)
-    return {"run": runs[0], "times": times, "total": sum(t.seconds for t in times),
+    return {"plan": plan, "run": runs[0], "times": times, "total": sum(t.seconds for t in times),
             "ok": check.ok, "abs_err": check.max_abs_error, "rel_err": check.max_rel_error}
+
+
+def exported_models(directory: Path, names=()) -> list[str]:
+    """The models an export wrote into ``directory`` (those of ``names`` if any)."""
+    found = sorted(p.name for p in directory.iterdir() if (p / "textures").is_dir())
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise TexscopeError(f"{directory}: no export of {missing[0]} (it has {', '.join(found)})")
+    return list(names) or found
+
+
+def exported_arrays(root: Path) -> tuple[list, list]:
+    """(inputs, CPU outputs) an export wrote for the model in ``root``."""
+    plan = read_plan(root / "textures")
+    return (rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs"),
+            rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs"))
 
 
 def measure_exported(directory: Path, names, device, repeat: int) -> dict:
     results = {}
     for name in names:
         root = directory / name
-        plan = read_plan(root / "textures")
-        inputs = rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs")
-        expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
-        results[name] = _builds(lambda b: _measure(root / b, inputs, expected, device, repeat))
+        inputs, expected = exported_arrays(root)
+        results[name] = _builds(lambda b: measure_plan(root / b, inputs, expected, device, repeat))
     return results
 
 
@@ -140,7 +171,7 @@ def measure_here(names, device, repeat: int, base: str) -> dict:
                 out = Path(tmp) / build_name
                 out.mkdir()
                 texscope.build(mod, targets(base, device)[build_name]).export(out)
-                return _measure(out, inputs, expected, device, repeat)
+                return measure_plan(out, inputs, expected, device, repeat)
 
             results[name] = _builds(one)
     return results
@@ -203,7 +234,8 @@ def main(argv=None) -> int:
     elif not Path(args.replay).is_dir():
         p.error(f"--replay {args.replay}: no such folder (opencl_run.py --export writes one)")
     if args.export:
-        export(Path(args.export), args.networks or NETWORKS, args.target)
+        export(Path(args.export), {name: functools.partial(network, name)
+                                   for name in args.networks or NETWORKS}, args.target)
         return 0
     device = pick_device(args.device)
     print(f"device: {device.name.strip()} ({device.platform.name.strip()}, "
@@ -212,7 +244,7 @@ def main(argv=None) -> int:
         print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
     if args.replay:
         root = Path(args.replay)
-        names = args.networks or sorted(p.name for p in root.iterdir() if (p / "textures").is_dir())
+        names = exported_models(root, args.networks)
         results = measure_exported(root, names, device, args.repeat)
     else:
         results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
