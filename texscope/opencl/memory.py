@@ -117,10 +117,16 @@ class DeviceMemory:
         else:
             self.cl.enqueue_copy(self.queue, memory, array)
 
+    @staticmethod
+    def staged(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
+        """``array`` as :meth:`write` takes it for ``spec``: its values, or
+        its :func:`texels` for an image."""
+        return texels(array, spec) if spec.is_texture else array
+
     def write(self, spec: TensorSpec, host: np.ndarray):
-        """Non-blocking write of ``host`` (the tensor's values, or its
-        :func:`texels` for an image) into ``spec``'s allocated memory; the
-        caller keeps ``host`` alive until the queue finishes."""
+        """Non-blocking write of ``host`` (:meth:`staged`) into ``spec``'s
+        allocated memory; the caller keeps ``host`` alive until the queue
+        finishes."""
         memory = self.objects[spec]
         if spec.is_texture:
             return self.cl.enqueue_copy(self.queue, memory, host, is_blocking=False,

@@ -33,7 +33,7 @@ import attrs
 import numpy as np
 
 from ..errors import TexscopeError
-from .memory import DeviceMemory, texels
+from .memory import DeviceMemory
 from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, WorkspaceArg
 from .resolve import bind_sizes, resolved
 from .source import compiled, default_device, kernel_signatures, pyopencl
@@ -196,7 +196,7 @@ class Session:
             if array.shape != spec.shape:
                 raise TexscopeError(f"tensor {spec.name}: expected shape {list(spec.shape)}, "
                                     f"got {list(array.shape)}")
-            arrays.append(texels(array, spec) if spec.is_texture else array)
+            arrays.append(self.memory.staged(spec, array))
         return arrays
 
     def _inference(self, arrays) -> list:
