@@ -92,33 +92,40 @@ def export(directory: Path, count: int, target: str) -> None:
     print(f"exported {len(written) - failed} modules to {directory}; {failed} failed to build")
 
 
+def _check(directory: Path, entry: dict, device) -> str | None:
+    """None where module ``entry`` matches the CPU, else what went wrong."""
+    if "build_failed" in entry:
+        return f"{entry['index']} build failed ({entry['build_failed']}): {entry['recipe']}"
+    root = directory / entry["index"]
+    try:
+        plan = read_plan(root)
+        inputs = rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs")
+        expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
+        check = compare(rp.replay(plan, inputs, device).outputs, expected, TOLERANCE, TOLERANCE)
+    except TexscopeError as err:
+        return f"{entry['index']} failed ({err}): {entry['recipe']}"
+    if check.ok:
+        return None
+    return (f"{entry['index']} MISMATCH (abs {check.max_abs_error:.2g}, rel "
+            f"{check.max_rel_error:.2g}, tiny {entry['tiny']}): {entry['recipe']}")
+
+
 def replay_all(directory: Path, device, only=()) -> int:
     entries = [e for e in json.loads((directory / RECIPES).read_text())
                if not only or e["index"] in only]
-    matched, bad = 0, []
-    for entry in entries:
-        if "build_failed" in entry:
-            bad.append(f"{entry['index']} build failed ({entry['build_failed']}): {entry['recipe']}")
-            continue
-        root = directory / entry["index"]
-        try:
-            plan = read_plan(root)
-            inputs = rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs")
-            expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
-            check = compare(rp.replay(plan, inputs, device).outputs, expected, TOLERANCE, TOLERANCE)
-        except TexscopeError as err:
-            bad.append(f"{entry['index']} failed ({err}): {entry['recipe']}")
-            continue
-        if check.ok:
-            matched += 1
-        else:
-            bad.append(f"{entry['index']} MISMATCH (abs {check.max_abs_error:.2g}, "
-                       f"rel {check.max_rel_error:.2g}, tiny {entry['tiny']}): {entry['recipe']}")
+    done, bad = 0, []
+    try:
+        for entry in entries:
+            if (problem := _check(directory, entry, device)) is not None:
+                bad.append(problem)
+            done += 1
+    except KeyboardInterrupt:  # SIGINT (``timeout -s INT``): what was replayed so far
+        print(f"interrupted after {done} of {len(entries)} modules")
     print(device_line(device, directory))
-    print(f"{matched} of {len(entries)} random modules match the CPU")
+    print(f"{done - len(bad)} of {len(entries)} random modules match the CPU")
     for line in bad:
         print("  " + line)
-    return 1 if bad else 0
+    return 1 if bad or done < len(entries) else 0
 
 
 def main(argv=None) -> int:

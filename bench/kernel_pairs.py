@@ -114,14 +114,17 @@ def pairs(name: str, textures: dict, buffers: dict) -> list[dict]:
 def measure(directory: Path, names, device, repeat: int) -> tuple[list, dict]:
     """(every pair, per model the two builds' results)."""
     rows, builds = [], {}
-    for name in names:
-        root = directory / name
-        inputs, expected = opencl_run.exported_arrays(root)
-        results = {b: opencl_run.measure_plan(root / b, inputs, expected, device, repeat)
-                   for b in opencl_run.BUILDS}
-        builds[name] = results
-        rows += pairs(name, results["textures"], results["buffers"])
-        print(f"measured {name}", file=sys.stderr, flush=True)
+    try:
+        for name in names:
+            root = directory / name
+            inputs, expected = opencl_run.exported_arrays(root)
+            results = {b: opencl_run.measure_plan(root / b, inputs, expected, device, repeat)
+                       for b in opencl_run.BUILDS}
+            builds[name] = results
+            rows += pairs(name, results["textures"], results["buffers"])
+            print(f"measured {name}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # SIGINT (``timeout -s INT``): the tables of what was measured
+        print(f"interrupted after {len(builds)} of {len(names)} models", file=sys.stderr)
     return rows, builds
 
 

@@ -227,9 +227,12 @@ def main(argv=None) -> int:
                  if (root / n / "model.tflite").is_file()]
         device = pick_device(args.device)
         rows = {}
-        for name in names:
-            rows[name] = measure(root / name, device, args.runs, args.rounds)
-            print(f"measured {name}", file=sys.stderr, flush=True)
+        try:
+            for name in names:
+                rows[name] = measure(root / name, device, args.runs, args.rounds)
+                print(f"measured {name}", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:  # SIGINT (``timeout -s INT``): the table of what was measured
+            print(f"interrupted after {len(rows)} of {len(names)} models", file=sys.stderr)
     except TexscopeError as err:
         p.error(str(err))
     head = device_line(device, root) + (f"; median of {args.runs} inferences per round, "
