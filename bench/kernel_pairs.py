@@ -10,7 +10,8 @@ pair is matched by binding and kernel name, and classified by what its call
 computes:
 
 - ``1x1 conv``, ``kxk conv``, ``depthwise`` (a conv whose weight has one
-  input channel per group), from the conv call's weight constant;
+  input channel per group), from the conv call's weight constant (a
+  padding kernel counts with its conv);
 - ``pool``, ``layout`` (layout transforms, pads, resizes, transposes),
   ``reduction`` (means, sums), ``element-wise`` (the rest).
 
@@ -59,7 +60,10 @@ def kind(plan, step: KernelStep) -> str:
     """What ``step``'s call computes, from its function's name and weight."""
     function = step.function
     if "conv2d" in function:
-        weights = [plan.spec(a.tensor).shape for a in step.args
+        # Any launch of the call: a padding kernel binds no weight.
+        weights = [plan.spec(a.tensor).shape for other in plan.steps
+                   if isinstance(other, KernelStep) and other.binding == step.binding
+                   for a in other.args
                    if isinstance(a, TensorArg) and a.tensor in plan.constants
                    and len(plan.spec(a.tensor).shape) >= 4]
         if weights:
