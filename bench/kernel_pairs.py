@@ -20,7 +20,8 @@ ratio, the launches paired and those of one build only, and the share
 of conv time (the buffer build's) spent in kernels no slower from textures;
 per kind the same over every model; then the kernels that lose most time
 from textures, with the images they read and write (width x height x
-layers, ``w`` a weight).  ``--json`` writes every pair.
+layers, ``w`` a weight).  ``--json`` writes every pair and each build's
+whole time, launches and agreement with the CPU.
 
 Build here, replay where the GPU is (no TVM there):
 
@@ -239,7 +240,11 @@ def _replay(directory: Path, names, args) -> int:
     head = device_line(device, directory)
     print(head + "\n\n" + "\n".join(lines))
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": head, "pairs": rows}, indent=1) + "\n")
+        models = {name: {b: {"total_s": r["total"], "launches": r["run"].launches, "ok": r["ok"],
+                             "abs_err": r["abs_err"]} for b, r in results.items()}
+                  for name, results in builds.items()}
+        Path(args.json).write_text(json.dumps({"device": head, "models": models, "pairs": rows},
+                                              indent=1) + "\n")
     if args.markdown:
         write_markdown(args.markdown, "Kernel pairs: textures against buffers "
                        "(bench/kernel_pairs.py)", head, lines)

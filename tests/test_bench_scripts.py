@@ -67,11 +67,15 @@ def test_kernel_pairs_times_every_kernel_both_ways_after_an_export(tmp_path):
     _bench("kernel_pairs.py", "--export", tmp_path / "out", "zoo/inception")
     done = _bench("kernel_pairs.py", "--replay", tmp_path / "out", "--repeat", "1",
                   "--json", tmp_path / "pairs.json", "--markdown", tmp_path / "bench.md")
-    pairs = json.loads((tmp_path / "pairs.json").read_text())["pairs"]
+    written = json.loads((tmp_path / "pairs.json").read_text())
+    pairs = written["pairs"]
     launches = [sum(isinstance(s, KernelStep) for s in read_plan(tmp_path / "out" /
                                                                  "zoo_inception" / b).steps)
                 for b in ("textures", "buffers")]
     assert 0 < len(pairs) <= min(launches)
+    builds = written["models"]["zoo_inception"]
+    assert [builds[b]["launches"] for b in ("textures", "buffers")] == launches
+    assert builds["textures"]["ok"] and builds["buffers"]["ok"]
     assert {p["kind"] for p in pairs} == {"kxk conv", "pool", "layout", "reduction"}
     assert all(p["textures_s"] > 0 and p["buffers_s"] > 0 for p in pairs)
     row = next(line for line in done.stdout.splitlines() if line.startswith("| zoo_inception |"))

@@ -26,7 +26,6 @@ each command's device time (what the one-shot replay reports).  No TVM here.
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import attrs
@@ -241,7 +240,3 @@ class Session:
             seconds.append(time.perf_counter() - start)
         return seconds
 
-
-def steady_median(plan: Plan, inputs, runs: int, device=None) -> float:
-    """Median wall-clock seconds per inference of ``plan`` in a session."""
-    return statistics.median(Session(plan, inputs, device).wall_times(inputs, runs))
