@@ -244,7 +244,10 @@ def main(argv=None) -> int:
         print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
     if args.replay:
         root = Path(args.replay)
-        names = exported_models(root, args.networks)
+        try:
+            names = exported_models(root, args.networks)
+        except TexscopeError as err:
+            p.error(str(err))
         results = measure_exported(root, names, device, args.repeat)
     else:
         results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
