@@ -233,6 +233,11 @@ def main(argv=None) -> int:
         refuse_unknown(p, args.networks, NETWORKS, "network")
     elif not Path(args.replay).is_dir():
         p.error(f"--replay {args.replay}: no such folder (opencl_run.py --export writes one)")
+    else:
+        try:
+            names = exported_models(Path(args.replay), args.networks)
+        except TexscopeError as err:
+            p.error(str(err))
     if args.export:
         export(Path(args.export), {name: functools.partial(network, name)
                                    for name in args.networks or NETWORKS}, args.target)
@@ -243,12 +248,7 @@ def main(argv=None) -> int:
     if "Portable Computing Language" in device.platform.name:
         print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
     if args.replay:
-        root = Path(args.replay)
-        try:
-            names = exported_models(root, args.networks)
-        except TexscopeError as err:
-            p.error(str(err))
-        results = measure_exported(root, names, device, args.repeat)
+        results = measure_exported(Path(args.replay), names, device, args.repeat)
     else:
         results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
     print_table(results, args.top)
