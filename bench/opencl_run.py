@@ -31,6 +31,7 @@ Run: ``python bench/opencl_run.py [--device N] [--repeat R] [network ...]``
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -41,9 +42,9 @@ from texscope.errors import TexscopeError
 from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
+from texscope.opencl.session import Session
 from texscope.opencl.source import pick_device
-from _cli import (Recorded, add_export_options, add_markdown_option, device_line, exported,
-                  print_columns, read_case, refuse_unknown, write_case)
+from _cli import refuse_unknown
 
 NETWORKS = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 BUILDS = ("textures", "buffers")
@@ -84,39 +85,73 @@ def targets(base, device=None) -> dict:
             "buffers": dict(with_images, texture_spatial_limit=1, texture_depth_limit=1)}
 
 
-def export(directory: Path, names, base: str) -> None:
-    """Build every network both ways and write what a TVM-free replay needs."""
-    import texscope
+def export(directory: Path, loaders: dict, base: str) -> None:
+    """Build every model both ways and write what a TVM-free replay needs:
+    ``DIR/<name>/{textures,buffers}/``, ``inputs.npz``, ``expected.npz`` (the
+    CPU's outputs), and ``model.tflite`` where the model's loader reads a
+    ``.tflite`` file (a ``functools.partial`` of it, as
+    ``_cli.chosen_models`` makes them).  ``loaders``: name -> a callable
+    giving the model's Relax module."""
+    import shutil
 
-    for name in names:
-        mod = network(name)
+    import texscope
+    from texscope.diagnostics import verify
+
+    for name, loader in loaders.items():
+        mod = loader()
+        inputs = scaled_inputs(mod)
         root = directory / name
         for build_name, target in targets(base).items():
             (root / build_name).mkdir(parents=True, exist_ok=True)
             texscope.build(mod, target).export(root / build_name)
-        write_case(root, mod, scaled_inputs(mod))
+        np.savez(root / "inputs.npz", *inputs)
+        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        source = getattr(loader, "args", ("",))[0]
+        if str(source).endswith(".tflite"):
+            shutil.copyfile(source, root / "model.tflite")
         print(f"exported {name} -> {root}", flush=True)
 
 
-def _measure(plan_dir: Path, inputs, expected, device, repeat: int) -> dict:
+def measure_plan(plan_dir: Path, inputs, expected, device, repeat: int) -> dict:
+    """One build replayed: a profiled session set up once, warmed up once,
+    then ``repeat`` runs; each command's median time and the outputs'
+    agreement with ``expected``."""
     plan = read_plan(plan_dir)
-    runs = [rp.replay(plan, inputs, device) for _ in range(repeat)]
+    session = Session(plan, inputs, device, profile=True)
+    session.profiled(inputs)
+    runs = [session.profiled(inputs) for _ in range(repeat)]
     times = rp.median_times(runs)
     # Deep float32 networks sum in another order on a GPU than on the CPU; an
     # output reaching 1000 (segmentation logits) differs by ~1e-4 of that.
     scale = max((float(np.abs(e).max(initial=0.0)) for e in expected), default=1.0)
     atol = TOLERANCE * max(1.0, scale)
     check = compare(runs[0].outputs, expected, TOLERANCE, atol)
-    return {"run": runs[0], "times": times, "total": sum(t.seconds for t in times),
+    return {"plan": plan, "run": runs[0], "times": times, "total": sum(t.seconds for t in times),
             "ok": check.ok, "abs_err": check.max_abs_error, "rel_err": check.max_rel_error}
+
+
+def exported_models(directory: Path, names=()) -> list[str]:
+    """The models an export wrote into ``directory`` (those of ``names`` if any)."""
+    found = sorted(p.name for p in directory.iterdir() if (p / "textures").is_dir())
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise TexscopeError(f"{directory}: no export of {missing[0]} (it has {', '.join(found)})")
+    return list(names) or found
+
+
+def exported_arrays(root: Path) -> tuple[list, list]:
+    """(inputs, CPU outputs) an export wrote for the model in ``root``."""
+    plan = read_plan(root / "textures")
+    return (rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs"),
+            rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs"))
 
 
 def measure_exported(directory: Path, names, device, repeat: int) -> dict:
     results = {}
     for name in names:
         root = directory / name
-        inputs, expected = read_case(root, read_plan(root / "textures"))
-        results[name] = _builds(lambda b: _measure(root / b, inputs, expected, device, repeat))
+        inputs, expected = exported_arrays(root)
+        results[name] = _builds(lambda b: measure_plan(root / b, inputs, expected, device, repeat))
     return results
 
 
@@ -136,7 +171,7 @@ def measure_here(names, device, repeat: int, base: str) -> dict:
                 out = Path(tmp) / build_name
                 out.mkdir()
                 texscope.build(mod, targets(base, device)[build_name]).export(out)
-                return _measure(out, inputs, expected, device, repeat)
+                return measure_plan(out, inputs, expected, device, repeat)
 
             results[name] = _builds(one)
     return results
@@ -169,7 +204,9 @@ def print_table(results: dict, top: int) -> None:
                             else "failed" for r in (tex, buf))
         rows.append((name, run.launches if run else "-", run.images if run else "-",
                      run.copies if run else "-", _ms(tex), _ms(buf), ratio, matches))
-    print_columns(header, rows)
+    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
     for name, row in results.items():
         for build_name in BUILDS:
             result = row[build_name]
@@ -184,32 +221,37 @@ def print_table(results: dict, top: int) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("networks", nargs="*", help=f"default: {' '.join(NETWORKS)}")
-    add_export_options(p, "build only, for a replay elsewhere")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--export", metavar="DIR", help="build only, for a replay elsewhere")
+    mode.add_argument("--replay", metavar="DIR", help="replay what --export wrote (no TVM)")
     p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--top", type=int, default=3, help="slowest commands listed per build")
-    add_markdown_option(p)
     args = p.parse_args(argv)
     if not args.replay:  # a replay names the folders an export wrote
         refuse_unknown(p, args.networks, NETWORKS, "network")
     elif not Path(args.replay).is_dir():
         p.error(f"--replay {args.replay}: no such folder (opencl_run.py --export writes one)")
+    else:
+        try:
+            names = exported_models(Path(args.replay), args.networks)
+        except TexscopeError as err:
+            p.error(str(err))
     if args.export:
-        export(Path(args.export), args.networks or NETWORKS, args.target)
+        export(Path(args.export), {name: functools.partial(network, name)
+                                   for name in args.networks or NETWORKS}, args.target)
         return 0
     device = pick_device(args.device)
-    with Recorded(args.markdown, "opencl_run.py", device_line(device)):
-        print(f"device: {device_line(device)}")
-        if "Portable Computing Language" in device.platform.name:
-            print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
-        if args.replay:
-            root = Path(args.replay)
-            results = measure_exported(root, exported(root, args.networks, "textures"), device,
-                                       args.repeat)
-        else:
-            results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
-        print_table(results, args.top)
+    print(f"device: {device.name.strip()} ({device.platform.name.strip()}, "
+          f"driver {device.driver_version.strip()})")
+    if "Portable Computing Language" in device.platform.name:
+        print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
+    if args.replay:
+        results = measure_exported(Path(args.replay), names, device, args.repeat)
+    else:
+        results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
+    print_table(results, args.top)
     return 0
 
 

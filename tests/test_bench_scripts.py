@@ -4,11 +4,15 @@ an empty table."""
 
 import os
 import re
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from texscope.opencl.plan import KernelStep, read_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHES = sorted(path.name for path in (ROOT / "bench").glob("*.py")
@@ -75,3 +79,55 @@ def test_markdown_writes_the_scripts_section_and_replaces_only_it(tmp_path):
     table = [line for line in done.stdout.splitlines() if line.startswith(("network", "inception"))]
     assert len(table) == 2 and "\n".join(table) in section
     assert section.endswith("<!-- /bench:layout_conversion.py -->\n")
+def _bench(*args, check=True):
+    return subprocess.run([sys.executable, str(ROOT / "bench" / args[0]), *map(str, args[1:])],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=check)
+
+
+def test_kernel_pairs_times_every_kernel_both_ways_after_an_export(tmp_path):
+    """Export here, replay (TVM-free) from the folder: one row per launch of
+    both builds, each kernel classified, both builds matching the CPU."""
+    _bench("kernel_pairs.py", "--export", tmp_path / "out", "zoo/inception")
+    done = _bench("kernel_pairs.py", "--replay", tmp_path / "out", "--repeat", "1",
+                  "--json", tmp_path / "pairs.json", "--markdown", tmp_path / "bench.md")
+    written = json.loads((tmp_path / "pairs.json").read_text())
+    pairs = written["pairs"]
+    launches = [sum(isinstance(s, KernelStep) for s in read_plan(tmp_path / "out" /
+                                                                 "zoo_inception" / b).steps)
+                for b in ("textures", "buffers")]
+    assert 0 < len(pairs) <= min(launches)
+    builds = written["models"]["zoo_inception"]
+    assert [builds[b]["launches"] for b in ("textures", "buffers")] == launches
+    assert builds["textures"]["ok"] and builds["buffers"]["ok"]
+    assert {p["kind"] for p in pairs} == {"kxk conv", "pool", "layout", "reduction"}
+    assert all(p["textures_s"] > 0 and p["buffers_s"] > 0 for p in pairs)
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| zoo_inception |"))
+    assert row.endswith("| yes, yes |")
+    assert f"| {len(pairs)} +{launches[0] - len(pairs)}/+{launches[1] - len(pairs)} |" in row
+    assert "Kernel pairs" in (tmp_path / "bench.md").read_text()
+    assert (tmp_path / "out" / "meta.json").is_file()
+
+
+def test_fuzz_replay_replays_the_drawn_modules_and_names_a_mismatch(tmp_path):
+    _bench("fuzz_replay.py", "--export", tmp_path / "fuzz", "--count", "3")
+    recipes = json.loads((tmp_path / "fuzz" / "recipes.json").read_text())
+    assert len({r["recipe"] for r in recipes}) == 3
+    done = _bench("fuzz_replay.py", "--replay", tmp_path / "fuzz")
+    assert "3 of 3 random modules match the CPU" in done.stdout
+    first = tmp_path / "fuzz" / recipes[0]["index"]
+    with np.load(first / "expected.npz") as expected:
+        np.savez(first / "expected.npz", *[a + 1.0 for a in expected.values()])
+    done = _bench("fuzz_replay.py", "--replay", tmp_path / "fuzz", check=False)
+    assert done.returncode == 1 and f"{recipes[0]['index']} MISMATCH" in done.stdout
+
+
+def test_vs_litert_runs_litert_and_both_builds_on_the_same_inputs(mediapipe, tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    _bench("vs_litert.py", "--export", tmp_path / "out", "hand_recrop")
+    assert (tmp_path / "out" / "hand_recrop" / "model.tflite").is_file()
+    _bench("vs_litert.py", "--replay", tmp_path / "out", "--runs", "2", "--rounds", "1",
+           "--json", tmp_path / "rows.json")
+    row = json.loads((tmp_path / "rows.json").read_text())["models"]["hand_recrop"]
+    assert row["litert_cpu"]["seconds"] > 0 and len(row["textures"]["rounds"]) == 1
+    for build in ("textures", "buffers"):
+        assert row[build]["error"] < 1e-4

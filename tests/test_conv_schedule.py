@@ -15,6 +15,8 @@ from tvm.script import ir as I, relax as R
 from tvm.s_tir.dlight.adreno import convolution as tvms_convolution
 
 import texscope
+from texscope import opencl
+from texscope.diagnostics import verify
 from conftest import ADRENO, BeforeScheduling, tvms_thread_split
 from modules import texel_cases
 from test_tflite import IMPORTABLE
@@ -249,3 +251,23 @@ def test_a_convs_padding_is_its_register_cache_but_a_depthwise_convs():
     # Two kernels for the depthwise conv (padding, conv), one for the other.
     assert sum(name.startswith(("conv2d", "fused_conv2d")) for name in
                kernel_signatures(result.opencl_source)) == 3
+
+
+def test_the_nvidia_preset_pads_a_depthwise_conv_in_registers_and_keeps_maps_2d():
+    """The ``nvidia`` preset's data: no padding kernel (one kernel a conv,
+    no scratch buffer), feature maps in ``global.texture`` (rows and columns
+    the image's), weights in ``global.texture-weight``; the CPU's numbers."""
+    from test_opencl_run import assert_close  # pylint: disable=import-outside-toplevel
+
+    target = opencl.device_target(base="nvidia-opencl")
+    result = texscope.build(ConvThenDepthwise, target)
+    assert sum(name.startswith(("conv2d", "fused_conv2d")) for name in
+               kernel_signatures(result.opencl_source)) == 2
+    plan = opencl.plan_of(result)
+    assert not [a for s in plan.steps for a in getattr(s, "args", ()) if hasattr(a, "nbytes")]
+    scopes = {spec.name: spec.scope for spec in plan.tensors.values()}
+    assert (scopes["y"], scopes["w_layout_transform"]) == ("global.texture", "global.texture-weight")
+    inputs = verify.random_inputs(ConvThenDepthwise)
+    assert_close(opencl.run(result, inputs), verify.reference_outputs(ConvThenDepthwise, inputs))
+    adreno = opencl.plan_of(texscope.build(ConvThenDepthwise, "adreno-opencl"))
+    assert adreno.spec("y").scope == "global.texture-weight"

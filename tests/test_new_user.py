@@ -107,7 +107,7 @@ def test_other_user_mistakes_are_one_line(tmp_path):
     _one_error_line(texscope("build", model, "--target", "adreno-foo", "-o", tmp_path / "o"),
                     "unknown target 'adreno-foo' (Target kind \"adreno-foo\" is not defined. Target "
                     "creation from string failed: adreno-foo); use a preset (adreno-opencl, "
-                    "adreno-vulkan, mali-opencl), a TVM tag such as 'qcom/adreno-opencl-texture', "
+                    "adreno-vulkan, mali-opencl, nvidia-opencl), a TVM tag such as 'qcom/adreno-opencl-texture', "
                     "or target JSON")
     _one_error_line(texscope("build", tmp_path, "-o", tmp_path / "o"),
                     f"{tmp_path} is not a file; give a .py file defining a TVMScript IRModule, "

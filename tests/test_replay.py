@@ -242,3 +242,54 @@ def test_a_kernel_missing_from_the_source_is_named(conflict):
     broken = attrs.evolve(conflict.plan, steps=(attrs.evolve(step, kernel="no_such_kernel"),))
     with pytest.raises(texscope.TexscopeError, match="kernel no_such_kernel is not in the OpenCL"):
         replay(broken, conflict.inputs)
+
+
+def test_a_steady_session_gives_the_one_shot_replays_numbers_run_after_run(conflict):
+    """Set up once, run on other inputs and back: each run's outputs are
+    those of a fresh one-shot replay of its own inputs, bit for bit."""
+    other = [(a * 0.5 + 0.25).astype(a.dtype) for a in conflict.inputs]
+    session = opencl.Session(conflict.plan)
+    for inputs in (conflict.inputs, other, conflict.inputs):
+        got = [o.copy() for o in session.run(inputs)]
+        for mine, fresh in zip(got, replay(conflict.plan, inputs).outputs):
+            np.testing.assert_array_equal(mine, fresh)
+    assert not np.array_equal(session.run(other)[0], replay(conflict.plan, conflict.inputs).outputs[0])
+
+
+def test_a_steady_inference_allocates_nothing_and_binds_no_argument(conflict):
+    session = opencl.Session(conflict.plan)
+
+    def refuse(*_args):
+        raise AssertionError("per-inference setup work")
+
+    session.launcher.bound = refuse
+    session.memory.allocate = refuse
+    session.memory.upload = refuse
+    times = session.wall_times(conflict.inputs, runs=4, warmup=1)
+    assert len(times) == 4 and all(t > 0 for t in times)
+    expected = verify.reference_outputs(conflict.mod, conflict.inputs)
+    assert verify.compare(session.run(conflict.inputs), expected, 1e-3, 1e-3).ok
+
+
+def test_a_session_refuses_inputs_of_another_shape(conflict):
+    session = opencl.Session(conflict.plan)
+    with pytest.raises(texscope.TexscopeError, match=r"expected shape"):
+        session.run([a[..., :1] for a in conflict.inputs])
+
+
+def test_replay_steady_prints_the_median_and_checks_the_sessions_outputs(conflict, tmp_path):
+    conflict.result.export(tmp_path / "out")
+    np.savez(tmp_path / "inputs.npz", *conflict.inputs)
+    np.savez(tmp_path / "expected.npz", *verify.reference_outputs(conflict.mod, conflict.inputs))
+    done = replay_without_tvm(tmp_path / "out", "--inputs", tmp_path / "inputs.npz",
+                              "--expected", tmp_path / "expected.npz", "--steady", "5",
+                              "--times", tmp_path / "times.json")
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("steady state:")]
+    assert "per inference, median of 5" in line
+    assert any(x.startswith("steady session against") and x.endswith("-> OK")
+               for x in done.stdout.splitlines())
+    steady = json.loads((tmp_path / "times.json").read_text())["steady"]
+    assert steady["runs"] == 5 and 0 < steady["min_s"] <= steady["median_s"] <= steady["max_s"]
+    done = replay_without_tvm(tmp_path / "out", "--steady", "0")
+    assert done.returncode == 2 and "--steady 0: give a number of runs" in done.stderr

@@ -66,3 +66,15 @@ def test_the_host_is_llvm_at_opt_level_0_unless_one_is_named():
     assert host_target(None, carried).export()["opt-level"] == 2
     with pytest.raises(texscope.TexscopeError, match="unknown target"):
         host_target("no-such-kind", device)
+
+
+def test_the_nvidia_preset_keeps_feature_maps_2d_and_weights_as_rows():
+    nvidia = texscope.texture_target("nvidia-opencl")
+    assert nvidia.preset.name == "nvidia" and nvidia.spatial_limit == 32768
+    assert nvidia.preset.depthwise_padding_in_registers
+    assert nvidia.fit((1, 2, 4, 4, 4), "float32").scope == "global.texture"
+    assert nvidia.fit((1, 2, 4, 4, 4), "float32", weight=True).scope == "global.texture-weight"
+    assert nvidia.fit((8, 64, 3, 3, 4), "float32").scope == "global.texture-weight"
+    adreno = texscope.texture_target(ADRENO)
+    assert adreno.fit((1, 2, 4, 4, 4), "float32").scope == "global.texture-weight"
+    assert not adreno.preset.depthwise_padding_in_registers

@@ -22,7 +22,7 @@ from .backend.outdir import check_output_dir, record_written, written_before
 from .knowledge.targets import texture_target
 
 MODEL_HELP = "a .py file defining a TVMScript IRModule, an .onnx or a .tflite file"
-TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target JSON"
+TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, nvidia-opencl, a TVM tag, or target JSON"
 # Not --profile: that one times the build's stages.
 COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrate` wrote on the "
                      "device); default: the target preset's built-in guesses. Named "

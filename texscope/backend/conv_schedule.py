@@ -52,7 +52,16 @@ mostly depthwise, and the MediaPipe landmark models stayed within 3%.  In a
 depthwise conv each thread would read a texel for each of its 8 virtual
 threads' channels, each under its own bounds test: so made, its builds got
 longer (hand_landmark_full's by 14%, mobilenet_v2's by 6%) and its kernel
-times moved by -17% to +8%; a depthwise conv keeps TVM's padding kernel.
+times moved by -17% to +8%; a depthwise conv keeps TVM's padding kernel
+unless the target's preset says otherwise
+(``TexturePreset.depthwise_padding_in_registers``).  On a big GPU the
+launches count more: MediaPipe's models are launch-bound there, and the
+padding kernels were 6 to 66 of their launches (iris_landmark 26 of 116).
+Without them the all-buffer builds' steady-state time per inference on an
+H200 (NVIDIA's OpenCL, driver 580.159.04, ``bench/vs_litert.py``, medians
+of 50, median of 3 rounds) fell 0 to 16% on nine models (hand_landmark_lite
+3.49 to 3.00 ms, palm_detection_full 3.63 to 3.06, face_landmark 1.54 to
+1.44), with the same outputs: the ``nvidia`` preset pads them in registers.
 """
 
 from __future__ import annotations
@@ -83,15 +92,16 @@ def spatial_tile(extent) -> int:
     return next((d for d in range(16, 7, -1) if size % d == 0), 16)
 
 
-def register_padding(sch: s_tir.Schedule, conv):
+def register_padding(sch: s_tir.Schedule, conv, depthwise: bool = False):
     """The block zero-padding ``conv``'s input that is to be ``conv``'s
     register cache (see the module docstring), or None: where ``conv``
-    alone reads the padded map and reads one texel of it per step of its
-    reduction."""
+    alone reads the padded map and, unless ``depthwise``, reads one texel
+    of it per step of its reduction."""
     block = sch.get(conv)
     data = block.reads[0]
     out_channel = block.iter_vars[1].var
-    if any(var.same_as(out_channel) for var in tirx.analysis.undefined_vars(data.region[1].min)):
+    if not depthwise and any(var.same_as(out_channel)
+                             for var in tirx.analysis.undefined_vars(data.region[1].min)):
         return None  # depthwise: the input channel follows the output channel
     for producer in sch.get_producers(conv):
         if sch.get(producer).writes[0].source.same_as(data.source):
@@ -144,17 +154,18 @@ def schedule_conv_block(sch: s_tir.Schedule, block, padding=None) -> None:
     sch.vectorize(sch.get_loops(init)[-1])
 
 
-def schedule_packed_conv(sch: s_tir.Schedule) -> s_tir.Schedule | None:
+def schedule_packed_conv(sch: s_tir.Schedule, depthwise_padding: bool = False
+                         ) -> s_tir.Schedule | None:
     """What TVM's Adreno ``Conv2d`` rule makes of a kernel: None unless its
     only reduction block is a packed conv; else the conv scheduled (its
-    padding in registers where :func:`register_padding` finds it), the other
-    blocks inlined where they can be and the rest given the default
-    schedule."""
+    padding in registers where :func:`register_padding` finds it, a
+    depthwise conv's too with ``depthwise_padding``), the other blocks
+    inlined where they can be and the rest given the default schedule."""
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     reductions = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
     if len(reductions) != 1 or CONV_BLOCK not in sch.get(reductions[0]).name_hint:
         return None
-    padding = register_padding(sch, reductions[0])
+    padding = register_padding(sch, reductions[0], depthwise_padding)
     padding_name = sch.get(padding).name_hint if padding is not None else None
     others = [b for b in blocks if b not in reductions and sch.get(b).name_hint != padding_name]
     schedule_conv_block(sch, reductions[0], padding)

@@ -33,7 +33,7 @@ from tvm.s_tir.schedule import _type_checker
 from ..errors import TexscopeError
 from ..ir.tir import blocks_in, scope_of
 from ..ir.graph import relax_bindings, static_dims
-from ..knowledge.targets import TEXEL_LANES, is_texture_scope
+from ..knowledge.targets import TEXEL_LANES, is_texture_scope, preset_of
 from .conv_schedule import CONV_BLOCK, schedule_packed_conv
 from .fallback_schedule import schedule_fallback, schedule_gpu_fallback
 from .guards import sblock_realize, split_over_threads
@@ -315,7 +315,8 @@ class EpilogueConv2d(dlight.ScheduleRule):
                     sch.compute_inline(block)
                 except s_tir.ScheduleError:
                     pass
-        return schedule_packed_conv(sch)
+        return schedule_packed_conv(
+            sch, depthwise_padding=preset_of(target).depthwise_padding_in_registers)
 
 
 class PackedLayoutTransform(dlight.ScheduleRule):

@@ -33,7 +33,7 @@ from ..opencl.executor import plan_of
 from ..opencl.memory import DeviceMemory
 from ..opencl.plan import CopyStep
 from ..opencl.program import KernelCall, read_program
-from ..opencl.replay import RunResult, Launcher
+from ..opencl.session import Launcher, RunResult
 from ..opencl.source import compiled, default_device, pyopencl
 from .memory import op_name, storage_bytes, allocated_tensor
 

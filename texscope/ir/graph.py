@@ -262,7 +262,8 @@ class _Builder:
         shape = static_shape(ty)
         dtype = str(ty.dtype)
         index = len(self.tensors)
-        self.tensors.append(Tensor(index, name, origin, shape, dtype, self.texture.fit(shape, dtype)))
+        fit = self.texture.fit(shape, dtype, weight=origin in ("constant", "weight"))
+        self.tensors.append(Tensor(index, name, origin, shape, dtype, fit))
         return index
 
     def tensors_of_type(self, name: str, origin: str, ty) -> object:

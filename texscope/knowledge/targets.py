@@ -33,6 +33,16 @@ class TexturePreset:
         Largest number of layers in an image array (inclusive).
     flavours : tuple of str
         Texture scopes the device's kernels support, most preferred first.
+    map_flavours : tuple of str or None
+        The same for feature maps (a packed tensor of one batch that is not
+        a weight: ``[1, C/4, H, W, 4]``); None: ``flavours``.  A map in
+        ``global.texture`` is a layer per channel block with the map's rows
+        and columns as the image's, so a conv's tile of threads reads a 2D
+        patch of texels, what a texture cache keeps; ``global.texture-weight``
+        folds it into one row of ``C/4 * H * W`` texels.
+    depthwise_padding_in_registers : bool
+        Whether a depthwise conv pads its input in registers rather than
+        in a padding kernel of its own (``backend/conv_schedule.py``).
     texel_dtypes : frozenset of str
         Element types a texel may hold (RGBA float or half).
     default_profile : str
@@ -45,6 +55,8 @@ class TexturePreset:
     spatial_limit: int
     depth_limit: int
     flavours: tuple[str, ...] = tuple(FLAVOUR_AXES)
+    map_flavours: tuple[str, ...] | None = None
+    depthwise_padding_in_registers: bool = False
     texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
     default_profile: str = "adreno"
 
@@ -52,7 +64,17 @@ class TexturePreset:
 ADRENO = TexturePreset("adreno", spatial_limit=16384, depth_limit=2048)
 # Valhall-class Mali: 64K image sides, 2048 layers (CL_DEVICE_IMAGE2D_MAX_WIDTH et al.).
 MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_profile="mali")
-PRESETS = {p.name: p for p in (ADRENO, MALI)}
+# A desktop NVIDIA GPU through NVIDIA's OpenCL (an H200: 32768-texel image
+# sides, 2048 layers), launch-bound on phone models: maps kept 2D and
+# depthwise convs padded in registers, nine MediaPipe models' texture
+# builds ran 0 to 22% faster per inference on the H200 (driver 580.159.04,
+# bench/vs_litert.py; docs/benchmarks.md), with the CPU's numbers.  The
+# kernels are the Adreno target's (its keys, its schedules).
+NVIDIA = TexturePreset("nvidia", spatial_limit=32768, depth_limit=2048,
+                       map_flavours=("global.texture", "global.texture-nhwc",
+                                     "global.texture-weight"),
+                       depthwise_padding_in_registers=True)
+PRESETS = {p.name: p for p in (ADRENO, MALI, NVIDIA)}
 
 TEXTURE_KINDS = ("opencl", "vulkan")
 
@@ -116,12 +138,14 @@ class TextureTarget:
         return TextureFit(None, f"{flavour} of {layers} x {height} x {width} texels exceeds the "
                           f"limits (spatial {self.spatial_limit}, depth {self.depth_limit})")
 
-    def fit(self, shape: tuple[int, ...] | None, dtype: str) -> TextureFit:
+    def fit(self, shape: tuple[int, ...] | None, dtype: str, weight: bool = False) -> TextureFit:
         """Decide whether a tensor of this shape and dtype can be a texture:
-        the first of the preset's flavours it fits."""
+        the first of the preset's flavours it fits (of its ``map_flavours``
+        for a feature map: of one batch, not a ``weight``)."""
         if (why := self._not_texel_data(shape, dtype)) is not None:
             return TextureFit(None, why)
-        for flavour in self.preset.flavours:
+        is_map = not weight and shape[0] == 1 and self.preset.map_flavours is not None
+        for flavour in self.preset.map_flavours if is_map else self.preset.flavours:
             found = self._within_limits(shape, flavour)
             if found.scope is not None:
                 return found
@@ -152,6 +176,17 @@ TARGET_PRESETS: dict[str, str | dict] = {
         "keys": ["mali", "opencl", "gpu", "texture"],
         "texture_spatial_limit": MALI.spatial_limit,
         "texture_depth_limit": MALI.depth_limit,
+    },
+    # The Adreno target's keys and schedules, NVIDIA's limits and map flavours.
+    "nvidia-opencl": {
+        "kind": "opencl",
+        "device": "nvidia",
+        "keys": ["adreno", "opencl", "gpu", "texture"],
+        "texture_spatial_limit": NVIDIA.spatial_limit,
+        "texture_depth_limit": NVIDIA.depth_limit,
+        "max_threads_per_block": 256,
+        "max_num_threads": 256,
+        "image_base_address_alignment": 64,
     },
 }
 
@@ -189,6 +224,12 @@ def make_target(spec: tvm.target.Target | str | dict) -> tvm.target.Target:
             "a TVM tag such as 'qcom/adreno-opencl-texture', or target JSON") from err
 
 
+def preset_of(target: tvm.target.Target) -> TexturePreset:
+    """The preset of a target's ``device`` (Adreno's when unknown), its
+    limits as the preset's."""
+    return PRESETS.get(str(target.attrs.get("device", "")), ADRENO)
+
+
 def texture_target(target: tvm.target.Target | str | dict, profile=None) -> TextureTarget:
     """Resolve a target (see :func:`make_target`) into a :class:`TextureTarget`.
 
@@ -214,7 +255,7 @@ def texture_target(target: tvm.target.Target | str | dict, profile=None) -> Text
             "e.g. 'qcom/adreno-opencl-texture'"
         )
     target_attrs = target.attrs
-    base = PRESETS.get(str(target_attrs.get("device", "")), ADRENO)
+    base = preset_of(target)
     preset = attrs.evolve(
         base,
         spatial_limit=int(target_attrs.get("texture_spatial_limit", base.spatial_limit)),

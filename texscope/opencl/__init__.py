@@ -3,7 +3,7 @@ build, and its replay on a real OpenCL implementation (PoCL in CI, any GPU
 where there is one).
 
 pyopencl and an OpenCL driver with image support are needed only here.
-``plan``, ``sizes``, ``resolve``, ``replay``, ``memory`` and ``source`` import
+``plan``, ``sizes``, ``resolve``, ``replay``, ``session``, ``memory`` and ``source`` import
 no TVM (the replay runs where only numpy and pyopencl are installed);
 ``executor``, ``program``, ``launches`` and ``tir_sizes`` read a build and
 need TVM.  Names load on first use, so that
@@ -17,6 +17,7 @@ import importlib
 _EXPORTS = {
     "KernelTime": "replay",
     "RunResult": "replay",
+    "Session": "session",
     "compile_source": "source",
     "default_device": "source",
     "device_target": "source",

@@ -9,6 +9,7 @@ uploads, downloads and buffer/image copies move the bytes unchanged.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -116,6 +117,31 @@ class DeviceMemory:
         else:
             self.cl.enqueue_copy(self.queue, memory, array)
 
+    @staticmethod
+    def staged(spec: TensorSpec, array: np.ndarray) -> np.ndarray:
+        """``array`` as :meth:`write` takes it for ``spec``: its values, or
+        its :func:`texels` for an image."""
+        return texels(array, spec) if spec.is_texture else array
+
+    def write(self, spec: TensorSpec, host: np.ndarray):
+        """Non-blocking write of ``host`` (:meth:`staged`) into ``spec``'s
+        allocated memory; the caller keeps ``host`` alive until the queue
+        finishes."""
+        memory = self.objects[spec]
+        if spec.is_texture:
+            return self.cl.enqueue_copy(self.queue, memory, host, is_blocking=False,
+                                        **self._region(spec))
+        return self.cl.enqueue_copy(self.queue, memory, host, is_blocking=False)
+
+    def read(self, spec: TensorSpec, out: np.ndarray):
+        """Non-blocking read of ``spec`` into ``out`` (of its shape): valid
+        once the queue finishes."""
+        memory = self.objects[spec]
+        if spec.is_texture:
+            return self.cl.enqueue_copy(self.queue, texels(out, spec), memory,
+                                        is_blocking=False, **self._region(spec))
+        return self.cl.enqueue_copy(self.queue, out, memory, is_blocking=False)
+
     def download(self, spec: TensorSpec) -> np.ndarray:
         out = np.empty(spec.shape, dtype=spec.dtype)
         memory = self.objects[spec]
@@ -130,21 +156,27 @@ class DeviceMemory:
 
     def copy(self, source: TensorSpec, target: TensorSpec):
         """Device-side copy between storages; returns the OpenCL event."""
+        return self.copier(source, target)()
+
+    def copier(self, source: TensorSpec, target: TensorSpec):
+        """A callable enqueuing the copy of ``source`` into ``target`` (both
+        allocated now) and returning its event: the memory objects, regions
+        and any staging buffer resolved once."""
         if source.shape != target.shape or source.dtype != target.dtype:
             raise TexscopeError(f"copy {source.name} -> {target.name}: shapes or types differ")
-        src, dst = self.objects[source], self.allocate(target)
-        enqueue = self.cl.enqueue_copy
+        src, dst = self.allocate(source), self.allocate(target)
+        enqueue = functools.partial(self.cl.enqueue_copy, self.queue, dst, src)
         if source.is_texture and target.is_texture:
             if source.scope == target.scope:
-                return enqueue(self.queue, dst, src, src_origin=(0, 0, 0),
-                               dest_origin=(0, 0, 0), region=image_extent(source))
+                return functools.partial(enqueue, src_origin=(0, 0, 0), dest_origin=(0, 0, 0),
+                                         region=image_extent(source))
             # Different flavours fold the axes differently: go through a buffer.
             staging = TensorSpec(f"{source.name}->{target.name}", source.shape, source.dtype,
                                  BUFFER_SCOPE)
-            self.copy(source, staging)
-            return self.copy(staging, target)
+            first, second = self.copier(source, staging), self.copier(staging, target)
+            return lambda: (first(), second())[1]
         if source.is_texture:
-            return enqueue(self.queue, dst, src, offset=0, **self._region(source))
+            return functools.partial(enqueue, offset=0, **self._region(source))
         if target.is_texture:
-            return enqueue(self.queue, dst, src, offset=0, **self._region(target))
-        return enqueue(self.queue, dst, src, byte_count=src.size)
+            return functools.partial(enqueue, offset=0, **self._region(target))
+        return functools.partial(enqueue, byte_count=src.size)

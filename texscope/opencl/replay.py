@@ -7,6 +7,11 @@ support, no TVM needed: the way to try a build on a phone or a desktop GPU.
 :func:`replay` is also what ``texscope.opencl.run`` does after making the
 plan from a build in memory.
 
+``--steady N`` also times N inferences the way an application runs a model:
+a :class:`~texscope.opencl.session.Session` set up once, then per inference
+only the input upload, the enqueues and the output read-back (median wall
+time; see ``texscope.opencl.session`` for exactly what is and is not timed).
+
 Scopes come from the plan; a kernel that declares an image for a tensor held
 in a buffer (or the reverse) is an error, and so is a kernel missing from the
 source.
@@ -25,97 +30,16 @@ import numpy as np
 
 from ..errors import TexscopeError, exit_status
 from ..diagnostics.numerics import compare
-from .memory import DeviceMemory
-from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, WorkspaceArg, read_plan
-from .resolve import bind_sizes, resolved
-from .source import compiled, default_device, devices, kernel_signatures, pick_device, pyopencl
-
-
-@attrs.frozen
-class KernelTime:
-    """One command of the run, timed by OpenCL profiling events."""
-
-    binding: str
-    kernel: str
-    seconds: float
-
-
-@attrs.frozen
-class RunResult:
-    """Outputs of a run and what it took.
-
-    ``allocated_bytes``: device memory the run held (every tensor, workspace
-    and staging buffer its own object for the whole run: see
-    :class:`texscope.opencl.memory.DeviceMemory`), not the Relax VM's peak.
-    """
-
-    outputs: tuple[np.ndarray, ...] = attrs.field(eq=False)
-    times: tuple[KernelTime, ...]
-    images: int
-    copies: int
-    allocated_bytes: int = 0
-
-    def slowest(self) -> list[KernelTime]:
-        return sorted(self.times, key=lambda t: -t.seconds)
-
-    @property
-    def launches(self) -> int:
-        return len(self.times) - self.copies
-
-
-class Launcher:
-    def __init__(self, cl, program, memory: DeviceMemory, plan: Plan):
-        self.cl = cl
-        self.program = program
-        self.memory = memory
-        self.plan = plan
-        self.kernels: dict[str, object] = {}
-        self.declared = {name: [p.strip() for p in params.split(",")]
-                         for name, params in kernel_signatures(plan.source).items()}
-
-    def kernel(self, step: KernelStep):
-        if step.kernel not in self.kernels:
-            # Known from the source, not from CL_PROGRAM_KERNEL_NAMES: NVIDIA's
-            # driver (580) corrupts the heap answering that for a program of
-            # many long kernel names (pose_landmark_full).
-            if step.kernel not in self.declared:
-                raise TexscopeError(f"kernel {step.kernel} is not in the OpenCL source",
-                                    "main", step.binding)
-            self.kernels[step.kernel] = self.cl.Kernel(self.program, step.kernel)
-        return self.kernels[step.kernel]
-
-    def _tensor(self, step: KernelStep, position: int, arg: TensorArg):
-        """The memory of a tensor argument, after checking that the kernel
-        declares the storage the program holds it in."""
-        tensor = self.plan.spec(arg.tensor)
-        if tensor.scope != arg.scope:
-            raise TexscopeError(
-                f"kernel {step.kernel} takes {tensor.name} as {arg.scope!r} but the "
-                f"program holds it in {tensor.scope!r}", "main", step.binding)
-        declared = self.declared[step.kernel][position]
-        if tensor.is_texture != ("image2d_array_t" in declared):
-            raise TexscopeError(
-                f"kernel {step.kernel} declares `{declared}` for {tensor.name}, held in "
-                f"{tensor.scope!r}; textures are image2d_array_t images and buffers "
-                "otherwise", "main", step.binding)
-        return self.memory.allocate(tensor)
-
-    def launch(self, step: KernelStep):
-        kernel = self.kernel(step)
-        for position, arg in enumerate(step.args):
-            if isinstance(arg, ScalarArg):
-                value = np.dtype(arg.dtype).type(arg.value)
-            elif isinstance(arg, WorkspaceArg):
-                value = self.memory.workspace((step.binding, arg.name), arg.nbytes)
-            else:
-                value = self._tensor(step, position, arg)
-            kernel.set_arg(position, value)
-        return self.cl.enqueue_nd_range_kernel(
-            self.memory.queue, kernel, step.global_size, step.local_size)
+from .plan import Plan, read_plan
+from .session import KernelTime, RunResult, Session
+from .source import devices, pick_device
 
 
 def replay(plan: Plan, inputs, device=None) -> RunResult:
-    """Run ``plan`` once on an OpenCL device.
+    """Run ``plan`` once on an OpenCL device, each command timed.
+
+    A fresh :class:`~texscope.opencl.session.Session` (memory allocated,
+    constants uploaded, arguments bound) runs one inference.
 
     Parameters
     ----------
@@ -131,38 +55,9 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
     -------
     RunResult
     """
-    cl = pyopencl()
     if len(inputs) != len(plan.inputs):
         raise TexscopeError(f"main takes {len(plan.inputs)} inputs, got {len(inputs)}")
-    if plan.is_symbolic:
-        plan = resolved(plan, bind_sizes(plan, inputs))
-    device = device or default_device()
-    context, program = compiled(plan.source, device)
-    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    memory = DeviceMemory(cl, context, queue)
-    for name, array in zip(plan.inputs, inputs):
-        memory.upload(plan.spec(name), array)
-    for name, array in plan.constants.items():
-        memory.upload(plan.spec(name), array)
-    launcher = Launcher(cl, program, memory, plan)
-    events = []
-    for step in plan.steps:
-        if isinstance(step, CopyStep):
-            event = memory.copy(plan.spec(step.source), plan.spec(step.target))
-            events.append((step.binding, "to_vdevice", event))
-        else:
-            events.append((step.binding, step.kernel, launcher.launch(step)))
-    outputs = tuple(memory.download(plan.spec(name)) for name in plan.outputs)
-    times = tuple(
-        KernelTime(binding, kernel, (event.profile.end - event.profile.start) * 1e-9)
-        for binding, kernel, event in events
-    )
-    return RunResult(
-        outputs, times,
-        images=memory.images(),
-        copies=sum(isinstance(step, CopyStep) for step in plan.steps),
-        allocated_bytes=memory.allocated_bytes,
-    )
+    return Session(plan, inputs, device, profile=True).profiled(inputs)
 
 
 def median_times(runs: list[RunResult]) -> tuple[KernelTime, ...]:
@@ -220,6 +115,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--save-outputs", metavar="NPZ", help="write the outputs here")
     p.add_argument("--times", metavar="JSON", help="write per-command times here")
     p.add_argument("--repeat", type=int, default=1, help="runs; times are medians")
+    p.add_argument("--steady", type=int, metavar="N",
+                   help="also time N inferences of one session set up once (input upload, "
+                        "the commands, output read-back; see texscope.opencl.session) and "
+                        "print their median wall time")
     p.add_argument("--device", type=int, help="device index (see --list-devices)")
     p.add_argument("--list-devices", action="store_true")
     p.add_argument("--top", type=int, default=10, help="slowest commands to list")
@@ -250,6 +149,8 @@ def _main(args) -> int:
               else random_inputs(plan, args.seed))
     expected = read_arrays(args.expected, plan.outputs, "expected outputs") \
         if args.expected else None
+    if args.steady is not None and args.steady < 1:
+        raise TexscopeError(f"--steady {args.steady}: give a number of runs of at least 1")
     device = pick_device(args.device)
     runs = [replay(plan, inputs, device) for _ in range(max(args.repeat, 1))]
     run, times = runs[0], median_times(runs)
@@ -265,6 +166,20 @@ def _main(args) -> int:
     print(f"time per command ({label}), slowest first (total {total * 1e3:.3f} ms):")
     for timed in sorted(times, key=lambda t: -t.seconds)[:args.top]:
         print(f"  {timed.seconds * 1e3:9.3f} ms  {timed.binding:<12} {timed.kernel}")
+    steady = None
+    if args.steady:
+        session = Session(plan, inputs, device)
+        seconds = session.wall_times(inputs, args.steady)
+        steady = {"runs": args.steady, "median_s": statistics.median(seconds),
+                  "min_s": min(seconds), "max_s": max(seconds)}
+        print(f"steady state: {steady['median_s'] * 1e3:.3f} ms per inference, median of "
+              f"{args.steady} (min {steady['min_s'] * 1e3:.3f}, max {steady['max_s'] * 1e3:.3f}; "
+              "input upload, commands, output read-back)")
+        if expected is not None:
+            check = compare(session.run(inputs), expected, args.tolerance, args.tolerance,
+                            of_scale=True)
+            print("steady session " + check.line(args.expected))
+            status = status or (0 if check.ok else 1)
     if save is not None:
         np.savez(save, **dict(zip(plan.outputs, run.outputs)))
     if times_file is not None:
@@ -272,6 +187,7 @@ def _main(args) -> int:
             "device": _describe(device), "runs": len(runs),
             "launches": run.launches, "copies": run.copies, "images": run.images,
             "total_s": total,
+            **({"steady": steady} if steady else {}),
             "commands": [attrs.asdict(t) for t in times],
         }, indent=1) + "\n")
     return status

@@ -1,0 +1,255 @@
+"""Every kernel of a model timed from textures and from buffers, side by side.
+
+Each model is built twice for an Adreno target (``opencl_run.py``'s two
+builds: texscope's plan, and no texture allowed), and both are replayed on
+one device in one process (a profiled session each, warmed up, the median of
+``--repeat`` runs per command).  The two builds mostly launch the same
+kernels in the same order (only the storages differ; where scopes change
+what TVM fuses, some launches are one build's only, counted apart); each
+pair is matched by binding and kernel name, and classified by what its call
+computes:
+
+- ``1x1 conv``, ``kxk conv``, ``depthwise`` (a conv whose weight has one
+  input channel per group), from the conv call's weight constant (a
+  padding kernel counts with its conv);
+- ``pool``, ``layout`` (layout transforms, pads, resizes, transposes),
+  ``reduction`` (means, sums), ``element-wise`` (the rest).
+
+Printed: per model the two builds' whole time (every command) and its
+ratio, the launches paired and those of one build only, and the share
+of conv time (the buffer build's) spent in kernels no slower from textures;
+per kind the same over every model; then the kernels that lose most time
+from textures, with the images they read and write (width x height x
+layers, ``w`` a weight).  ``--json`` writes every pair and each build's
+whole time, launches and agreement with the CPU.
+
+Build here, replay where the GPU is (no TVM there):
+
+    python bench/kernel_pairs.py --export DIR [model ...]
+    python bench/kernel_pairs.py --replay DIR [--device N] [--repeat R] [model ...]
+
+Models: MediaPipe's (texscope's corpus), the zoo's networks as ``zoo/NAME``,
+``.tflite`` files by path; all of the corpus and zoo by default.  Without
+``--export``/``--replay`` it exports into a temporary folder and replays
+that here (on PoCL, a CPU: the mechanism, not a GPU's speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from texscope.errors import TexscopeError
+from texscope.opencl.memory import image_extent
+from texscope.opencl.plan import KernelStep, TensorArg
+from texscope.opencl.source import pick_device
+import opencl_run
+from _cli import chosen_models
+from _report import device_line, export_meta, write_markdown
+
+KINDS = ("1x1 conv", "kxk conv", "depthwise", "pool", "layout", "reduction", "element-wise")
+CONV_KINDS = KINDS[:3]
+
+
+def kind(plan, step: KernelStep) -> str:
+    """What ``step``'s call computes, from its function's name and weight."""
+    function = step.function
+    if "conv2d" in function:
+        # Any launch of the call: a padding kernel binds no weight.
+        weights = [plan.spec(a.tensor).shape for other in plan.steps
+                   if isinstance(other, KernelStep) and other.binding == step.binding
+                   for a in other.args
+                   if isinstance(a, TensorArg) and a.tensor in plan.constants
+                   and len(plan.spec(a.tensor).shape) >= 4]
+        if weights:
+            out_blocks, in_channels, height, width = weights[0][:4]
+            if in_channels == 1 and out_blocks > 1:
+                return "depthwise"
+            return "1x1 conv" if (height, width) == (1, 1) else "kxk conv"
+        return "kxk conv"
+    if "pool" in function:
+        return "pool"
+    if any(word in function for word in ("layout_transform", "pad", "resize", "transpose",
+                                         "reshape", "concat", "split", "strided_slice")):
+        return "layout"
+    if any(word in function for word in ("mean", "sum", "max_", "softmax")):
+        return "reduction"
+    return "element-wise"
+
+
+def images(plan, step: KernelStep) -> str:
+    """The images ``step`` binds: ``WxHxL`` each, ``w`` where a weight."""
+    shown = []
+    for arg in step.args:
+        if isinstance(arg, TensorArg) and plan.spec(arg.tensor).is_texture:
+            width, height, layers = image_extent(plan.spec(arg.tensor))
+            shown.append(f"{width}x{height}x{layers}" + ("w" if arg.tensor in plan.constants
+                                                         else ""))
+    return " ".join(shown) or "-"
+
+
+def pairs(name: str, textures: dict, buffers: dict) -> list[dict]:
+    """One row per kernel launch both builds make, matched in order by
+    binding and kernel name."""
+    def launches(result):
+        return [(step, timed) for step, timed in zip(result["plan"].steps, result["times"])
+                if isinstance(step, KernelStep)]
+
+    waiting = defaultdict(list)
+    for step, timed in launches(buffers):
+        waiting[(step.binding, step.kernel)].append(timed.seconds)
+    rows = []
+    for step, timed in launches(textures):
+        key = (step.binding, step.kernel)
+        if not waiting[key]:
+            continue
+        rows.append({"model": name, "binding": step.binding, "kernel": step.kernel,
+                     "kind": kind(textures["plan"], step),
+                     "images": images(textures["plan"], step),
+                     "textures_s": timed.seconds, "buffers_s": waiting[key].pop(0)})
+    return rows
+
+
+def measure(directory: Path, names, device, repeat: int) -> tuple[list, dict]:
+    """(every pair, per model the two builds' results)."""
+    rows, builds = [], {}
+    try:
+        for name in names:
+            root = directory / name
+            inputs, expected = opencl_run.exported_arrays(root)
+            results = {b: opencl_run.measure_plan(root / b, inputs, expected, device, repeat)
+                       for b in opencl_run.BUILDS}
+            builds[name] = results
+            rows += pairs(name, results["textures"], results["buffers"])
+            print(f"measured {name}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # SIGINT (``timeout -s INT``): the tables of what was measured
+        print(f"interrupted after {len(builds)} of {len(names)} models", file=sys.stderr)
+    return rows, builds
+
+
+def _no_slower_share(rows) -> float:
+    """Of the rows' buffer time, the share in kernels no slower from textures."""
+    total = sum(r["buffers_s"] for r in rows)
+    kept = sum(r["buffers_s"] for r in rows if r["textures_s"] <= r["buffers_s"])
+    return kept / total if total else float("nan")
+
+
+def _table(header, rows) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def tables(rows, builds, top: int) -> list[str]:
+    lines = ["Per model (every command's time, ms; paired: launches both builds make, then "
+             "those of the texture and of the buffer build only; conv no slower: share of "
+             "paired conv time in kernels no slower from textures):", ""]
+    model_rows = []
+    for name, results in builds.items():
+        mine = [r for r in rows if r["model"] == name]
+        tex, buf = (results[b]["total"] for b in opencl_run.BUILDS)
+        only = [results[b]["run"].launches - len(mine) for b in opencl_run.BUILDS]
+        convs = [r for r in mine if r["kind"] in CONV_KINDS]
+        ok = ", ".join("yes" if results[b]["ok"] else f"NO ({results[b]['abs_err']:.2g})"
+                       for b in opencl_run.BUILDS)
+        model_rows.append((name, f"{len(mine)} +{only[0]}/+{only[1]}", f"{tex * 1e3:.3f}",
+                           f"{buf * 1e3:.3f}",
+                           f"{tex / buf:.2f}" if buf else "-",
+                           f"{_no_slower_share(convs):.0%}", ok))
+    lines += _table(("model", "paired", "textures", "buffers", "tex/buf", "conv no slower",
+                     "matches CPU (tex, buf)"), model_rows)
+    lines += ["", "Per kind, every model:", ""]
+    kind_rows = []
+    for k in KINDS:
+        mine = [r for r in rows if r["kind"] == k]
+        if not mine:
+            continue
+        tex, buf = (sum(r[f"{b}_s"] for r in mine) for b in opencl_run.BUILDS)
+        ratios = [r["textures_s"] / r["buffers_s"] for r in mine if r["buffers_s"]]
+        kind_rows.append((k, len(mine), f"{tex * 1e3:.3f}", f"{buf * 1e3:.3f}",
+                          f"{tex / buf:.2f}" if buf else "-",
+                          f"{statistics.median(ratios):.2f}" if ratios else "-",
+                          f"{_no_slower_share(mine):.0%}"))
+    lines += _table(("kind", "kernels", "textures ms", "buffers ms", "tex/buf",
+                     "median ratio", "time no slower"), kind_rows)
+    losers = sorted(rows, key=lambda r: r["buffers_s"] - r["textures_s"])[:top]
+    lines += ["", f"The {len(losers)} kernels losing most time from textures:", ""]
+    lines += _table(("model", "binding", "kind", "textures us", "buffers us", "ratio",
+                     "images", "kernel"),
+                    [(r["model"], r["binding"], r["kind"], f"{r['textures_s'] * 1e6:.1f}",
+                      f"{r['buffers_s'] * 1e6:.1f}",
+                      f"{r['textures_s'] / r['buffers_s']:.2f}" if r["buffers_s"] else "-",
+                      r["images"], r["kernel"][:60]) for r in losers])
+    convs = [r for r in rows if r["kind"] in CONV_KINDS]
+    ratios = [row[4] for row in model_rows if row[4] != "-"]
+    lines += ["", f"Goals: conv time no slower from textures {_no_slower_share(convs):.0%} "
+              "(goal >= 80%); models with tex/buf <= 1.10: "
+              f"{sum(float(r) <= 1.10 for r in ratios)}/{len(ratios)} (goal: all), < 1.00: "
+              f"{sum(float(r) < 1.00 for r in ratios)}/{len(ratios)} (goal: half)"]
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("models", nargs="*", help="default: the corpus and the zoo")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--export", metavar="DIR", help="build only, for a replay elsewhere")
+    mode.add_argument("--replay", metavar="DIR", help="replay what --export wrote (no TVM)")
+    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
+    p.add_argument("--repeat", type=int, default=9)
+    p.add_argument("--target", default="adreno-opencl")
+    p.add_argument("--top", type=int, default=15, help="kernels listed that lose most")
+    p.add_argument("--json", metavar="FILE", help="write every pair here")
+    p.add_argument("--markdown", metavar="FILE", help="append the tables to this file "
+                                                       "(docs/benchmarks.md)")
+    args = p.parse_args(argv)
+    try:
+        if args.replay:
+            if not Path(args.replay).is_dir():
+                p.error(f"--replay {args.replay}: no such folder (--export writes one)")
+            return _replay(Path(args.replay), opencl_run.exported_models(
+                Path(args.replay), [m.replace("/", "_") for m in args.models]), args)
+        loaders = chosen_models(p, args.models, {name: functools.partial(opencl_run.network, name)
+                                                 for name in opencl_run.NETWORKS})
+        if args.export:
+            export(Path(args.export), loaders, args.target)
+            return 0
+        with tempfile.TemporaryDirectory() as tmp:
+            export(Path(tmp), loaders, args.target)
+            return _replay(Path(tmp), list(loaders), args)
+    except TexscopeError as err:
+        p.error(str(err))
+
+
+def export(directory: Path, loaders: dict, target: str) -> None:
+    opencl_run.export(directory, {name.replace("/", "_"): load
+                                  for name, load in loaders.items()}, target)
+    export_meta(directory, target)
+
+
+def _replay(directory: Path, names, args) -> int:
+    names = [name.replace("/", "_") for name in names]
+    device = pick_device(args.device)
+    rows, builds = measure(directory, names, device, args.repeat)
+    lines = tables(rows, builds, args.top)
+    head = device_line(device, directory)
+    print(head + "\n\n" + "\n".join(lines))
+    if args.json:
+        models = {name: {b: {"total_s": r["total"], "launches": r["run"].launches, "ok": r["ok"],
+                             "abs_err": r["abs_err"]} for b, r in results.items()}
+                  for name, results in builds.items()}
+        Path(args.json).write_text(json.dumps({"device": head, "models": models, "pairs": rows},
+                                              indent=1) + "\n")
+    if args.markdown:
+        write_markdown(args.markdown, "Kernel pairs: textures against buffers "
+                       "(bench/kernel_pairs.py)", head, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
