@@ -53,7 +53,8 @@ def elementwise(converter, call, _rule) -> Inferred:
 def broadcast(converter, call, _rule) -> Inferred:
     """TVM's InferLayoutBinaryEwise: the packed operand's layout for both where
     the other's shape packs alike; else the layout of the operand of higher
-    rank, the other's broadcast to it."""
+    rank, the other's broadcast to it; both plain where the ranks are equal
+    but the other's shape does not pack (where TVM's rule fails)."""
     converter.no_desired(call)
     first, second = converter.leaf(call.args[0]), converter.leaf(call.args[1])
     ndim1, ndim2 = known_ndim(call.args[0].ty), known_ndim(call.args[1].ty)
@@ -69,6 +70,12 @@ def broadcast(converter, call, _rule) -> Inferred:
                 shape = static_shape(call.args[0])
                 if can_prove_transform(initial(len(shape)), second, shape):
                     return Inferred([second, second], second, call.attrs)
+            if ndim1 == ndim2:
+                # The other operand cannot be packed alike (a size 1 broadcast
+                # on the packed axis): TVM's rule would follow the packed
+                # layout and fail, so both stay plain, as a lower rank would.
+                plain = initial(ndim1)
+                return Inferred([plain, plain], plain, call.attrs)
     if ndim1 <= ndim2:
         if ndim1 == 0:
             return Inferred(["", second], second, call.attrs)
