@@ -17,6 +17,7 @@ from .models import zoo
 from .backend.build import THREADED_PASSES, build
 from .backend.parallel import build_jobs, jobs_limit
 from .errors import TexscopeError
+from .frontend.input_shapes import parse_input_shape, with_input_shapes
 from .frontend.model_file import PRINTED_HEADER, load_model
 from .backend.outdir import check_output_dir, record_written, written_before
 from .knowledge.targets import texture_target
@@ -27,6 +28,8 @@ TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target J
 COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrate` wrote on the "
                      "device); default: the target preset's built-in guesses. Named "
                      "--cost-profile because --profile times the build")
+INPUT_SHAPE_HELP = ("the shape of an input the model gives a rank but no shape "
+                    "(R.Tensor(dtype='float32', ndim=4)): --input-shape x=1,16,28,28")
 LIFT_WEIGHTS_HELP = ("pack the weights once, at load: what the model computes from its weights "
                      "alone goes into <function>_transform_params, and the function takes the "
                      "packed weights (its parameters after num_input, the attribute that must "
@@ -81,12 +84,18 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
     return out_dir
 
 
+def _model(args) -> tvm.IRModule:
+    """The model file the command names, its unshaped inputs given shapes."""
+    shapes = dict(parse_input_shape(item) for item in args.input_shape)
+    return with_input_shapes(load_model(args.model, args.module), shapes)
+
+
 def cmd_build(args) -> None:
     texture_target(args.target)  # a bad target is no fault of the model
     if args.jobs is not None and args.jobs < 1:
         raise TexscopeError(f"--jobs {args.jobs}: expected a whole number of threads, 1 or more")
     out = check_output_dir(args.output, args.force)
-    model = load_model(args.model, args.module)
+    model = _model(args)
     try:
         _print_written(_build(model, args.target, out, args.host, args.cost_profile,
                               args.profile, args.jobs, args.lift_weights))
@@ -138,7 +147,7 @@ def cmd_explain(args) -> None:
             raise TexscopeError(f"cannot write the graph to {args.svg}: name a file in an "
                                 "existing directory")
     texture = texture_target(args.target, args.cost_profile)
-    model = load_model(args.model, args.module)
+    model = _model(args)
     try:
         packed = ConvertKeepingNames(texture.target)(model)
         if args.lift_weights:
@@ -204,7 +213,7 @@ def cmd_run(args) -> int:
             f"texscope run runs OpenCL kernels, and {kind} kernels cannot be built or run with "
             f"this TVM (it has no {'SPIR-V' if kind == 'vulkan' else kind} code generator); "
             f"`texscope build --target {args.target}` still writes the plan and report")
-    model = load_model(args.model, args.module)
+    model = _model(args)
     sizes = _sizes(args.size, model)
     device = opencl.default_device()
     # Textures must fit this device's images as well as the target's.
@@ -276,6 +285,8 @@ def main(argv=None) -> int:
                    help="threads that schedule and lower kernels (default: $TEXSCOPE_JOBS, "
                         "else one per CPU); the output is the same whatever the number")
     p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help=INPUT_SHAPE_HELP)
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory: new, empty, or one texscope wrote "
@@ -292,6 +303,8 @@ def main(argv=None) -> int:
     p.add_argument("--svg", help="also draw the graph into this SVG file (needs Graphviz)")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help=INPUT_SHAPE_HELP)
     p.set_defaults(run=cmd_explain)
     p = commands.add_parser("run", help="build, run once on the default OpenCL device, "
                                         "compare with the CPU and time each kernel")
@@ -309,6 +322,8 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=15, help="how many of the slowest commands to print")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help=INPUT_SHAPE_HELP)
     p.set_defaults(run=cmd_run)
     p = commands.add_parser("calibrate", help="measure what textures, buffers and copies cost "
                                               "on an OpenCL device: a cost profile for build "

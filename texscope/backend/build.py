@@ -361,13 +361,13 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
 
 
 def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
-                  atol: float = 1e-3, device=None) -> verify.Comparison:
+                  atol: float = 1e-3, device=None, sizes=None) -> verify.Comparison:
     """Build ``mod`` with texscope, run it on an OpenCL device, compare with the CPU.
 
     Parameters
     ----------
     mod : IRModule
-        The model as the user wrote it (static shapes).
+        The model as the user wrote it.
     target : Target, tag, preset name or JSON
         An OpenCL texture target, e.g. ``"adreno-opencl"``.
     inputs : list of numpy arrays, optional
@@ -376,7 +376,11 @@ def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
         Tolerances, as in ``numpy.allclose`` (1e-3 suits float32 reductions).
     device : pyopencl.Device, optional
         The first OpenCL device found by default (PoCL in CI).
+    sizes : dict, optional
+        For a model of symbolic size, the value of each size variable the
+        random inputs take (``{"h": 224, "w": 224}``, as ``texscope run
+        --size``); given inputs set their own size.
     """
-    inputs = verify.random_inputs(mod) if inputs is None else inputs
+    inputs = verify.random_inputs(mod, sizes=sizes) if inputs is None else inputs
     result = opencl.run(build(mod, target), inputs, device)
     return verify.compare(result.outputs, verify.reference_outputs(mod, inputs), rtol, atol)
