@@ -81,7 +81,8 @@ TEST_MODULES = _test_modules()
 @pytest.mark.parametrize("name", sorted(TEST_MODULES))
 def test_stage1_test_module_converts_as_tvm_does(name):
     """Covered or not, the conversion is TVM's: the same module, or the same
-    error where TVM refuses the module."""
+    error where TVM refuses the module (but a broadcast that does not pack,
+    which the rules keep plain: ConvPlaneBias)."""
     try:
         mod = layout_input(TEST_MODULES[name])
     except texscope.TexscopeError:
@@ -89,6 +90,9 @@ def test_stage1_test_module_converts_as_tvm_does(name):
     try:
         theirs = tvm_convert(mod)
     except tvm.error.InternalError as err:
+        if "Cannot broadcast from 5 to 4" in str(err):
+            assert convert_layout_or_none(mod, registry.desired_layouts) is not None
+            return
         with pytest.raises(type(err), match="(?s).*") as ours:
             convert_layout(mod, registry.desired_layouts)
         assert str(ours.value) == str(err)
@@ -303,13 +307,20 @@ def test_mediapipe_model_converts_as_tvm_does(name):
 @pytest.mark.fuzz
 @given(recipe=recipes())
 def test_random_modules_convert_as_tvm_does(recipe):
-    """Random mixes of convs, pools, reductions, concats, splits: the rules'
-    module is TVM's wherever they cover it (layer_norm and matmul send a
-    module to TVM)."""
+    """Random mixes of convs, pools, reductions, concats, splits, broadcasts:
+    the rules' module is TVM's wherever they cover it (layer_norm and matmul
+    send a module to TVM) and TVM's pass does not fail."""
     mod = layout_input(build(recipe))
     ours = convert_layout_or_none(mod, registry.desired_layouts)
     event(f"covered: {ours is not None}")
     if ours is not None:
-        theirs = tvm_convert(mod)
+        try:
+            theirs = tvm_convert(mod)
+        except tvm.error.InternalError as err:
+            # A broadcast whose operand does not pack (ConvPlaneBias above):
+            # TVM's pass fails where the rules keep the operator plain.
+            assert "Cannot broadcast from 5 to 4" in str(err)
+            event("TVM fails, the rules keep a broadcast plain")
+            return
         tvm.ir.assert_structural_equal(ours, theirs)
         assert ours.script() == theirs.script()

@@ -106,7 +106,8 @@ class DeviceMemory:
         return dict(origin=(0, 0, 0), region=image_extent(spec))
 
     def upload(self, spec: TensorSpec, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array, dtype=spec.dtype)
+        # Not ascontiguousarray: it makes a scalar (a rank-0 input) 1-D.
+        array = np.asarray(array, dtype=spec.dtype, order="C")
         if array.shape != spec.shape:
             raise TexscopeError(f"tensor {spec.name}: expected shape {list(spec.shape)}, "
                                 f"got {list(array.shape)}")

@@ -275,6 +275,11 @@ def reduction(converter, call, rule) -> Inferred:
         c for i, c in enumerate(reference)
         if not (c == "#" or (c.isdigit() and reference[i + 1:i + 2] == "#")))
     output = layout if getattr(call.attrs, "keepdims") else kept
+    if not output:
+        # A scalar: TVM's layout of it differs from the one it starts a
+        # scalar in (it binds a permute_dims of no axes where it is read as
+        # a variable); its pass decides such modules.
+        raise Unsupported("reduction to a scalar")
     axes_of(output)  # TVM parses it: a layout it cannot parse is its error
     return Inferred([layout], output, with_attrs(call.attrs, **{rule.axis_attr: new_axes}))
 
