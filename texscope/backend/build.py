@@ -211,14 +211,16 @@ class BuildResult:
     kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
     pass_times: tuple = attrs.field(default=(), repr=False)
 
-    def export(self, directory) -> Path:
+    def export(self, directory, model: str = "") -> Path:
         """Write model.so (where compiled), report.json, report.md and
         report.html (with report.svg when Graphviz is installed) into
         ``directory``, and a manifest listing them (:mod:`texscope.backend.outdir`);
         for OpenCL also the portable program that ``python -m
         texscope.opencl.replay`` runs without TVM: kernels.cl, plan.json and
-        weights.npz (:mod:`texscope.opencl.plan`)."""
+        weights.npz (:mod:`texscope.opencl.plan`).  ``model`` (the model
+        file's name) titles the reports."""
         out = start_export(directory)
+        report = attrs.evolve(self.report, model=model) if model else self.report
         written = []
         if self.executable is not None:
             compiler = os.environ.get(NDK_CC_ENV)
@@ -233,10 +235,10 @@ class BuildResult:
             written.append("model.so")
         if self.kernels is not None and self.opencl_source:
             written += [path.name for path in plan_of(self).write(out)]
-        (out / "report.json").write_text(self.report.to_json())
-        (out / "report.md").write_text(self.report.to_markdown())
+        (out / "report.json").write_text(report.to_json())
+        (out / "report.md").write_text(report.to_markdown())
         written += ["report.json", "report.md"]
-        written += [p.name for p in report_html(self.report, out / "report.html")]
+        written += [p.name for p in report_html(report, out / "report.html")]
         record_written(out, written)
         return out
 

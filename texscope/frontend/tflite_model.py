@@ -46,7 +46,7 @@ def _tflite_package():
         import tflite  # the flatbuffer schema TVM's frontend reads
     except ImportError as err:
         raise TexscopeError("TFLite models need the tflite package: "
-                            "pip install 'texscope[tflite]'") from err
+                            "pip install tflite") from err
     return tflite
 
 

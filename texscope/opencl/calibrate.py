@@ -424,6 +424,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "order (--list-devices shows them; default 0)")
     parser.add_argument("-o", "--output", help="the profile file to write (JSON, "
                                                "docs/cost-profile.md)")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite -o even where it is not a cost profile texscope wrote")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                         help=f"timed runs per measurement, the least kept (default "
                              f"{DEFAULT_REPEATS}; more for a steadier profile)")
@@ -446,9 +448,10 @@ def run_command(args) -> int:
         return 0
     if not args.output:
         raise TexscopeError("say where to write the profile: -o profile.json")
-    if Path(args.output).exists() and not cost_profile.is_profile_file(args.output):
+    if (Path(args.output).exists() and not args.force
+            and not cost_profile.is_profile_file(args.output)):
         raise TexscopeError(f"{args.output} exists and is not a texscope cost profile; "
-                            "not overwriting it")
+                            "not overwriting it (--force overwrites it)")
     document = calibrate(args.device, args.shapes or DEFAULT_SHAPES, args.repeats,
                          kernels_dir=args.kernels)
     path = write_profile(document, args.output)

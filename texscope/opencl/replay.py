@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -139,7 +140,7 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
     device = device or default_device()
     context, program = compiled(plan.source, device)
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    memory = DeviceMemory(cl, context, queue)
+    memory = DeviceMemory(cl, context, queue, plan.target)
     for name, array in zip(plan.inputs, inputs):
         memory.upload(plan.spec(name), array)
     for name, array in plan.constants.items():
@@ -289,6 +290,11 @@ def main(argv=None) -> int:
     except TexscopeError as err:
         print(f"replay: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader (head) stopped early: point stdout at nothing, so that
+        # Python's flush at exit raises no second traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
