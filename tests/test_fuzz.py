@@ -45,24 +45,25 @@ def test_random_modules_keep_invariants_and_numbers(recipe, tiny):
 @settings(max_examples=int(os.environ.get("TEXSCOPE_OPENCL_FUZZ_EXAMPLES", 25)))
 @given(recipe=recipes(max_steps=5), tiny=st.booleans(), open_inputs=st.booleans())
 # Found by this test: constants reaching a kernel crashed the OpenCL executor.
-@example(recipe=(4, 8, 4, (("conv", 0, 0, True), ("bias_add", 1, 0, True))), tiny=False)
+@example(recipe=(4, 8, 4, (("conv", 0, 0, True), ("bias_add", 1, 0, True))), tiny=False,
+         open_inputs=False)
 # And: a layer_norm writing a texture (its registry entry offered one) was
 # left off GPU threads by TVM's Adreno fallback and crashed LLVM codegen.
 @example(recipe=(3, 4, 4, (("conv", 0, 0, False), ("layer_norm", 1, 0, False),
-                           ("conv", 158, 0, False))), tiny=False)
+                           ("conv", 158, 0, False))), tiny=False, open_inputs=False)
 # And: a mean over unit axes fused with the add reading it, which TVM 0.27's
 # GPU fallback inlined into the reduction's update (3 * lv for 2 * lv).
 @example(recipe=(3, 4, 4, (("mean", 0, 0, False), ("mean", 1, 0, False), ("conv", 0, 0, False),
-                           ("add", 1, 1, False))), tiny=False)
+                           ("add", 1, 1, False))), tiny=False, open_inputs=False)
 # And: a pool of 640 texels on 256 threads, whose guarded reduction the texel
 # writer could not vectorize; it declined, and TVM's Adreno fallback failed.
 @example(recipe=(3, 80, 4, (("conv", 0, 1, False), ("conv", 0, 0, False), ("max_pool", 1, 0, False),
-                            ("conv", 3, 0, False))), tiny=False)
+                            ("conv", 3, 0, False))), tiny=False, open_inputs=False)
 # And (issue 52): a conv's output plus a bias over rows and columns, lifted
 # to (1, 1, 8, 8), failed inside TVM's ConvertLayout.
 @example(recipe=(4, 8, 8, (("broadcast", 0, broadcast_step(4, 2), False),)), tiny=False,
          open_inputs=False)
-def test_random_modules_run_on_opencl_as_on_the_cpu(recipe, tiny, open_inputs=False):
+def test_random_modules_run_on_opencl_as_on_the_cpu(recipe, tiny, open_inputs):
     device_limits = opencl.device_target(base="adreno-opencl")
     target = dict(device_limits, texture_spatial_limit=64, texture_depth_limit=16) if tiny \
         else device_limits
