@@ -389,10 +389,11 @@ def calibrate(device_index: int = 0, shapes=DEFAULT_SHAPES, repeats: int = DEFAU
     return document
 
 
-def write_profile(document: dict, path) -> Path:
-    """Write a profile document; refuses to replace a file that is not one."""
+def write_profile(document: dict, path, force: bool = False) -> Path:
+    """Write a profile document; refuses to replace a file that is not one
+    unless ``force``."""
     path = Path(path)
-    if path.exists() and not cost_profile.is_profile_file(path):
+    if path.exists() and not force and not cost_profile.is_profile_file(path):
         raise TexscopeError(f"{path} exists and is not a texscope cost profile; "
                             "not overwriting it")
     if path.parent and not path.parent.is_dir():
@@ -454,7 +455,7 @@ def run_command(args) -> int:
                             "not overwriting it (--force overwrites it)")
     document = calibrate(args.device, args.shapes or DEFAULT_SHAPES, args.repeats,
                          kernels_dir=args.kernels)
-    path = write_profile(document, args.output)
+    path = write_profile(document, args.output, force=args.force)
     print(cost_profile.from_document(document, str(path)).describe())
     print(f"written to {path}")
     return 0
