@@ -47,11 +47,11 @@ def test_the_cpu_reference_decomposes_only_what_the_cpu_cannot_build():
 def test_an_input_of_rank_only_is_one_line_then_runs_with_its_shape():
     done = texscope_run("--module", "RankOnly")
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr == ("texscope: error: main's input 'x' has a rank (4) but no shape; "
-                           "give it with --input-shape x=D0,D1,D2,D3\n")
+    assert done.stderr == (f"texscope: error: {SMALL}: main's input 'x' has a rank (4) but no "
+                           "shape; give it with --input-shape x=D0,D1,D2,D3\n")
     done = texscope_run("--module", "RankOnly", "--input-shape", "x=1,16,3")
-    assert done.stderr == ("texscope: error: --input-shape x: 3 extents given, and 'x' has "
-                           "rank 4\n")
+    assert done.stderr == (f"texscope: error: {SMALL}: --input-shape x: 3 extents given, and "
+                           "'x' has rank 4\n")
     done = texscope_run("--module", "RankOnly", "--input-shape", "x=1,16,28,28")
     assert done.returncode == 0, done.stderr
     assert "-> OK" in done.stdout

@@ -70,8 +70,8 @@ BAD_MODELS = [
     ("garbage.onnx", "not protobuf at all\n", "{file}: not a readable ONNX model ("),
     ("missing.py", None, "no such model file: {file}"),
     ("no_shape.py", _module("y = R.nn.relu(x)", 'x: R.Tensor(ndim=4, dtype="float32")'),
-     "{file}: function 'main', binding 'x': tensor has no known shape; texscope needs shapes "
-     "(run the frontend with shapes, or R.match_cast to a shape)"),
+     "{file}: main's input 'x' has a rank (4) but no shape; give it with --input-shape "
+     "x=D0,D1,D2,D3"),
 ]
 
 

@@ -100,7 +100,11 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
 def _model(args) -> tvm.IRModule:
     """The model file the command names, its unshaped inputs given shapes."""
     shapes = dict(parse_input_shape(item) for item in args.input_shape)
-    return with_input_shapes(load_model(args.model, args.module), shapes)
+    model = load_model(args.model, args.module)
+    try:
+        return with_input_shapes(model, shapes)
+    except TexscopeError as err:
+        raise TexscopeError(f"{args.model}: {err}") from None
 
 
 def _model_name(args) -> str:
