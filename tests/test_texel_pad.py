@@ -42,7 +42,8 @@ def test_other_pads_stay(name):
 
 def test_a_pooled_residuals_pad_fuses_with_the_pool_and_computes_the_cpu_numbers():
     mod = texel_pads.PooledResidualPad
-    # PoCL's images stop at 8192 texels a side: the device's limits.
+    # Texture limits no larger than the device in hand takes (PoCL sizes its
+    # images from the machine's memory).
     result = texscope.build(mod, opencl.device_target())
     inputs = verify.random_inputs(mod, 0)
     assert_close(opencl.run(result, inputs), verify.reference_outputs(mod, inputs))

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import sys
-import tempfile
+import textwrap
 from pathlib import Path
 
+import attrs
+import numpy as np
 import tvm
 
 from .knowledge import profile as cost_profile
@@ -17,20 +20,32 @@ from .models import zoo
 from .backend.build import THREADED_PASSES, build
 from .backend.parallel import build_jobs, jobs_limit
 from .errors import TexscopeError
+from .frontend.input_shapes import parse_input_shape, with_input_shapes
 from .frontend.model_file import PRINTED_HEADER, load_model
 from .backend.outdir import check_output_dir, record_written, written_before
 from .knowledge.targets import texture_target
+from .ir.quiet import quiet_native_stderr
 
+DEMO_DIR = "texscope-demo"
 MODEL_HELP = "a .py file defining a TVMScript IRModule, an .onnx or a .tflite file"
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, nvidia-opencl, a TVM tag, or target JSON"
 # Not --profile: that one times the build's stages.
 COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrate` wrote on the "
                      "device); default: the target preset's built-in guesses. Named "
                      "--cost-profile because --profile times the build")
+INPUT_SHAPE_HELP = ("the shape of an input the model gives a rank but no shape "
+                    "(R.Tensor(dtype='float32', ndim=4)): --input-shape x=1,16,28,28")
 LIFT_WEIGHTS_HELP = ("pack the weights once, at load: what the model computes from its weights "
                      "alone goes into <function>_transform_params, and the function takes the "
                      "packed weights (its parameters after num_input, the attribute that must "
                      "say which are weights)")
+
+
+def _texture_target(spec, profile=None):
+    """``texture_target``, without the CUDA warning TVM prints making a
+    cuda target (before texscope says it has no textures)."""
+    with quiet_native_stderr():
+        return texture_target(spec, profile)
 
 
 def _print_stage(stage: str, seconds: float) -> None:
@@ -59,8 +74,9 @@ def _print_written(out_dir: Path) -> None:
 
 def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
            profile: str | None = None, time_passes: bool = False,
-           jobs: int | None = None, lift_weights: bool = False) -> Path:
-    print(f"building for {target}")
+           jobs: int | None = None, lift_weights: bool = False, label: str | None = None,
+           name: str = "") -> Path:
+    print(f"building for {label or target}")
     # Read before anything is written: a profiled build runs on one thread
     # and would not look at a wrong $TEXSCOPE_JOBS itself.
     with jobs_limit(jobs):
@@ -70,7 +86,7 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
         print(f"cost profile {profile.describe()}")
     result = build(model, target, host=host, log=_print_stage, profile=profile,
                    time_passes=time_passes, jobs=jobs, lift_weights=lift_weights)
-    out_dir = result.export(out)
+    out_dir = result.export(out, name)
     _print_summary(result)
     if time_passes:
         from .diagnostics.pass_timing import render
@@ -81,15 +97,39 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
     return out_dir
 
 
+def _model(args) -> tvm.IRModule:
+    """The model file the command names, its unshaped inputs given shapes."""
+    shapes = dict(parse_input_shape(item) for item in args.input_shape)
+    model = load_model(args.model, args.module)
+    try:
+        return with_input_shapes(model, shapes)
+    except TexscopeError as err:
+        raise TexscopeError(f"{args.model}: {err}") from None
+
+
+def _model_name(args) -> str:
+    """The model as reports title it: its file's name, and the module's."""
+    return Path(args.model).name + (f" ({args.module})" if args.module else "")
+
+
 def cmd_build(args) -> None:
-    texture_target(args.target)  # a bad target is no fault of the model
+    _texture_target(args.target)  # a bad target is no fault of the model
     if args.jobs is not None and args.jobs < 1:
         raise TexscopeError(f"--jobs {args.jobs}: expected a whole number of threads, 1 or more")
     out = check_output_dir(args.output, args.force)
-    model = load_model(args.model, args.module)
+    model = _model(args)
+    target, label = args.target, None
+    if args.fit_device is not None:
+        from .opencl.source import device_target, pick_device
+
+        device = pick_device(args.fit_device)
+        target = device_target(device, args.target)
+        label = (f"{args.target} (texture limits {target['texture_spatial_limit']} x "
+                 f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
     try:
-        _print_written(_build(model, args.target, out, args.host, args.cost_profile,
-                              args.profile, args.jobs, args.lift_weights))
+        _print_written(_build(model, target, out, args.host, args.cost_profile,
+                              args.profile, args.jobs, args.lift_weights, label,
+                              _model_name(args)))
     except TexscopeError as err:
         raise TexscopeError(f"{args.model}: {err}") from None
 
@@ -112,11 +152,12 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_demo(args) -> None:
-    out = check_output_dir(args.output, args.force) if args.output else \
-        Path(tempfile.mkdtemp(prefix="texscope-demo-"))
+    # Not a temporary directory: nothing would remove it.  ./texscope-demo
+    # is the demo's own, written again by the next demo.
+    out = check_output_dir(args.output or Path(DEMO_DIR).absolute(), args.force)
     print("demo: a ResNet-style block (conv, batch norm, relu, max pool, residual adds, dense)")
     model = zoo.resnet_style(blocks=2)
-    _build(model, "adreno-opencl", out, None)
+    _build(model, "adreno-opencl", out, None, name="the demo's ResNet-style block")
     # The model as a file, for `texscope explain` and `texscope build`.
     (out / "model.py").write_text(PRINTED_HEADER + "\n" + model.script(show_meta=False))
     record_written(out, ["model.py"])
@@ -127,18 +168,44 @@ def cmd_demo(args) -> None:
 
 def cmd_explain(args) -> None:
     from .diagnostics.explain import explain, graph_svg, require_graphviz
-    from .frontend.naming import ConvertKeepingNames
-    from .pipeline import annotate_module
-    from .diagnostics.report import Report
-    from .rewrites.lift_weights import LiftWeightTransforms
 
     if args.svg:
         require_graphviz()
         if not Path(args.svg).parent.is_dir() or Path(args.svg).is_dir():
             raise TexscopeError(f"cannot write the graph to {args.svg}: name a file in an "
                                 "existing directory")
-    texture = texture_target(args.target, args.cost_profile)
-    model = load_model(args.model, args.module)
+    if Path(args.model).is_dir():
+        report = _built_report(Path(args.model))
+    else:
+        report = _planned_report(args)
+    print(explain(report, args.tensor))
+    if args.svg:
+        print(f"graph: {graph_svg(report, args.svg, focus=args.tensor)}")
+
+
+def _built_report(directory: Path):
+    """The report of a build directory, as ``texscope build -o`` wrote it."""
+    from .diagnostics.report import Report
+
+    if "report.json" not in written_before(directory):
+        raise TexscopeError(f"{directory} is a directory but no build's: give a model file, or "
+                            "a directory `texscope build -o` wrote (it has report.json)")
+    try:
+        return Report.from_json((directory / "report.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise TexscopeError(f"{directory / 'report.json'}: not a report texscope can read "
+                            f"({type(err).__name__}: {err})") from None
+
+
+def _planned_report(args):
+    """The report of planning the model file's storage, without building it."""
+    from .frontend.naming import ConvertKeepingNames
+    from .pipeline import annotate_module
+    from .diagnostics.report import Report
+    from .rewrites.lift_weights import LiftWeightTransforms
+
+    texture = _texture_target(args.target, args.cost_profile)
+    model = _model(args)
     try:
         packed = ConvertKeepingNames(texture.target)(model)
         if args.lift_weights:
@@ -146,15 +213,34 @@ def cmd_explain(args) -> None:
         _, plans = annotate_module(packed, texture)
     except TexscopeError as err:
         raise TexscopeError(f"{args.model}: {err}") from None
-    report = Report.from_plans(args.target, plans)
-    print(explain(report, args.tensor))
-    if args.svg:
-        print(f"graph: {graph_svg(report, args.svg, focus=args.tensor)}")
+    return attrs.evolve(Report.from_plans(args.target, plans), model=_model_name(args))
 
 
-def _sizes(given: list[str], model) -> dict[str, int]:
+def _read_inputs(path: str, model) -> list:
+    """``--inputs``: main's inputs from an ``.npz``, by parameter name or in
+    order (``arr_0``, ... as ``numpy.savez`` names them), checked against
+    main's dtypes and ranks before the build."""
+    from .opencl.replay import read_arrays
+
+    params = model["main"].params
+    arrays = read_arrays(path, tuple(p.name for p in params), "inputs")
+    for param, array in zip(params, arrays):
+        ty = param.ty
+        if str(array.dtype) != str(ty.dtype) or array.ndim != int(ty.ndim):
+            raise TexscopeError(f"{path}: input {param.name} is a {array.ndim}-D {array.dtype} "
+                                f"array; main takes a {int(ty.ndim)}-D {ty.dtype} tensor")
+        shape = getattr(ty.shape, "values", None)
+        static = [int(d) for d in shape or () if isinstance(d, tvm.tirx.IntImm)]
+        if shape is not None and len(static) == len(shape) and list(array.shape) != static:
+            raise TexscopeError(f"{path}: input {param.name} has shape {list(array.shape)}; "
+                                f"main takes {static}")
+    return arrays
+
+
+def _sizes(given: list[str], model, required: bool = True) -> dict[str, int]:
     """``--size NAME=N`` values, checked against main's symbolic sizes before
-    the build (which takes minutes on a real model)."""
+    the build (which takes minutes on a real model); not ``required`` where
+    the inputs come from a file (their shapes give the sizes)."""
     sizes = {}
     for item in given:
         name, _, value = item.partition("=")
@@ -165,7 +251,7 @@ def _sizes(given: list[str], model) -> dict[str, int]:
                 for d in getattr(getattr(p.ty, "shape", None), "values", ())
                 if isinstance(d, tvm.ir.Var)]
     missing = sorted(set(symbolic) - set(sizes))
-    if missing:
+    if missing and required:
         raise TexscopeError(f"main's inputs have symbolic sizes ({', '.join(missing)}): give "
                             f"each with --size, e.g. --size {missing[0]}=224")
     unknown = sorted(set(sizes) - set(symbolic))
@@ -198,14 +284,17 @@ def cmd_run(args) -> int:
     from . import opencl
     from .diagnostics import verify
 
-    kind = texture_target(args.target).kind
+    kind = _texture_target(args.target).kind
     if kind != "opencl":
         raise TexscopeError(
             f"texscope run runs OpenCL kernels, and {kind} kernels cannot be built or run with "
             f"this TVM (it has no {'SPIR-V' if kind == 'vulkan' else kind} code generator); "
             f"`texscope build --target {args.target}` still writes the plan and report")
-    model = load_model(args.model, args.module)
-    sizes = _sizes(args.size, model)
+    model = _model(args)
+    if args.save_outputs and Path(args.save_outputs).exists():
+        raise TexscopeError(f"{args.save_outputs} exists; --save-outputs writes only new files")
+    given = _read_inputs(args.inputs, model) if args.inputs else None
+    sizes = _sizes(args.size, model, required=given is None)
     device = opencl.default_device()
     # Textures must fit this device's images as well as the target's.
     target = opencl.device_target(device, args.target)
@@ -213,7 +302,7 @@ def cmd_run(args) -> int:
           f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
     result = build(model, target, log=_print_stage, profile=args.cost_profile,
                    lift_weights=args.lift_weights)
-    inputs = verify.random_inputs(model, seed=args.seed, sizes=sizes)
+    inputs = given or verify.random_inputs(model, seed=args.seed, sizes=sizes)
     if args.lift_weights:
         print("main takes the packed weights: main_transform_params computed on the CPU")
     run = opencl.run(result, verify.lifted_inputs(model, inputs, target) if args.lift_weights
@@ -228,6 +317,10 @@ def cmd_run(args) -> int:
     if Path(args.model).suffix == ".tflite":
         against = _against_tflite(args.model, run.outputs, inputs, args.tolerance)
         checks += [against] if against is not None else []
+    if args.save_outputs:
+        names = opencl.plan_of(result).outputs
+        np.savez(args.save_outputs, **dict(zip(names, run.outputs)))
+        print(f"outputs written to {args.save_outputs} ({', '.join(names)})")
     total = sum(t.seconds for t in run.times)
     print(f"time per command, slowest first (total {total * 1e3:.3f} ms):")
     for timed in run.slowest()[:args.top]:
@@ -247,12 +340,19 @@ def cmd_ops(_args) -> None:
             entry.cost_class or "-",
             entry.note,
         ))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[5])
-    print("\n'...': the last input repeats for further operands. Tensors that cannot be "
-          "textures are read and written as buffers by every kernel. 'priced as': the "
-          "kernel class whose prices the cost profile gives (docs/costs.md).")
+    # One entry a paragraph, wrapped to the terminal: its columns as
+    # "name: value" lines, the note last.
+    width = max(shutil.get_terminal_size().columns, 40)
+    for row in rows[1:]:
+        print(row[0])
+        for label, value in zip(rows[0][1:], row[1:]):
+            print(textwrap.fill(value, width, initial_indent=f"  {label + ':':<11}",
+                                subsequent_indent=" " * 13, break_on_hyphens=False))
+    print()
+    print(textwrap.fill("'...': the last input repeats for further operands. Tensors that "
+                        "cannot be textures are read and written as buffers by every kernel. "
+                        "'priced as': the kernel class whose prices the cost profile gives "
+                        "(docs/costs.md).", width))
 
 
 def main(argv=None) -> int:
@@ -276,15 +376,21 @@ def main(argv=None) -> int:
                    help="threads that schedule and lower kernels (default: $TEXSCOPE_JOBS, "
                         "else one per CPU); the output is the same whatever the number")
     p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help=INPUT_SHAPE_HELP)
+    p.add_argument("--fit-device", nargs="?", const=0, type=int, metavar="N",
+                   help="keep textures within the images OpenCL device N (default 0; "
+                        "python -m texscope.opencl.replay --list-devices lists them) takes")
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory: new, empty, or one texscope wrote "
-                                           "before (default: a new temporary one)")
+                                           f"before (default: {DEMO_DIR} in the current one)")
     p.add_argument("--force", action="store_true",
                    help="write into a non-empty directory texscope did not write")
     p.set_defaults(run=cmd_demo)
     p = commands.add_parser("explain", help="why every tensor went where it went")
-    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("model", help=MODEL_HELP + ", or a directory `texscope build -o` wrote "
+                                  "(its report, no planning again)")
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("--tensor", help="only this tensor and its neighbours (in the table and "
@@ -292,6 +398,8 @@ def main(argv=None) -> int:
     p.add_argument("--svg", help="also draw the graph into this SVG file (needs Graphviz)")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help=INPUT_SHAPE_HELP)
     p.set_defaults(run=cmd_explain)
     p = commands.add_parser("run", help="build, run once on the default OpenCL device, "
                                         "compare with the CPU and time each kernel")
@@ -307,8 +415,14 @@ def main(argv=None) -> int:
                    help="the value of a symbolic input size (R.Tensor((1, 3, 'h', 'w')): "
                         "--size h=224 --size w=224); one build runs at any size")
     p.add_argument("--top", type=int, default=15, help="how many of the slowest commands to print")
+    p.add_argument("--inputs", metavar="NPZ", help="main's inputs from an .npz, by parameter "
+                                                    "name or arr_0, arr_1... (default: random, "
+                                                    "--seed)")
+    p.add_argument("--save-outputs", metavar="NPZ", help="write the outputs here (a new file)")
     p.add_argument("--cost-profile", help=COST_PROFILE_HELP)
     p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help=INPUT_SHAPE_HELP)
     p.set_defaults(run=cmd_run)
     p = commands.add_parser("calibrate", help="measure what textures, buffers and copies cost "
                                               "on an OpenCL device: a cost profile for build "

@@ -67,3 +67,10 @@ def exit_status(run, prog: str) -> int:
     except TexscopeError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader (``| head``) stopped early: stdout goes to nothing, so
+        # that Python's flush at exit raises no second traceback.
+        import os  # pylint: disable=import-outside-toplevel
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -211,14 +211,16 @@ class BuildResult:
     kernels: tvm.IRModule | None = attrs.field(default=None, repr=False)
     pass_times: tuple = attrs.field(default=(), repr=False)
 
-    def export(self, directory) -> Path:
+    def export(self, directory, model: str = "") -> Path:
         """Write model.so (where compiled), report.json, report.md and
         report.html (with report.svg when Graphviz is installed) into
         ``directory``, and a manifest listing them (:mod:`texscope.backend.outdir`);
         for OpenCL also the portable program that ``python -m
         texscope.opencl.replay`` runs without TVM: kernels.cl, plan.json and
-        weights.npz (:mod:`texscope.opencl.plan`)."""
+        weights.npz (:mod:`texscope.opencl.plan`).  ``model`` (the model
+        file's name) titles the reports."""
         out = start_export(directory)
+        report = attrs.evolve(self.report, model=model) if model else self.report
         written = []
         if self.executable is not None:
             compiler = os.environ.get(NDK_CC_ENV)
@@ -233,10 +235,10 @@ class BuildResult:
             written.append("model.so")
         if self.kernels is not None and self.opencl_source:
             written += [path.name for path in plan_of(self).write(out)]
-        (out / "report.json").write_text(self.report.to_json())
-        (out / "report.md").write_text(self.report.to_markdown())
+        (out / "report.json").write_text(report.to_json())
+        (out / "report.md").write_text(report.to_markdown())
         written += ["report.json", "report.md"]
-        written += [p.name for p in report_html(self.report, out / "report.html")]
+        written += [p.name for p in report_html(report, out / "report.html")]
         record_written(out, written)
         return out
 
@@ -361,13 +363,13 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
 
 
 def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
-                  atol: float = 1e-3, device=None) -> verify.Comparison:
+                  atol: float = 1e-3, device=None, sizes=None) -> verify.Comparison:
     """Build ``mod`` with texscope, run it on an OpenCL device, compare with the CPU.
 
     Parameters
     ----------
     mod : IRModule
-        The model as the user wrote it (static shapes).
+        The model as the user wrote it.
     target : Target, tag, preset name or JSON
         An OpenCL texture target, e.g. ``"adreno-opencl"``.
     inputs : list of numpy arrays, optional
@@ -376,7 +378,11 @@ def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
         Tolerances, as in ``numpy.allclose`` (1e-3 suits float32 reductions).
     device : pyopencl.Device, optional
         The first OpenCL device found by default (PoCL in CI).
+    sizes : dict, optional
+        For a model of symbolic size, the value of each size variable the
+        random inputs take (``{"h": 224, "w": 224}``, as ``texscope run
+        --size``); given inputs set their own size.
     """
-    inputs = verify.random_inputs(mod) if inputs is None else inputs
+    inputs = verify.random_inputs(mod, sizes=sizes) if inputs is None else inputs
     result = opencl.run(build(mod, target), inputs, device)
     return verify.compare(result.outputs, verify.reference_outputs(mod, inputs), rtol, atol)

@@ -88,7 +88,7 @@ def graphviz_missing() -> str | None:
     try:
         import graphviz  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     except ImportError:
-        return "the graphviz Python package (pip install 'texscope[explain]')"
+        return "the graphviz Python package (pip install graphviz)"
     return None
 
 

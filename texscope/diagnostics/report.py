@@ -60,6 +60,13 @@ class Report:
     copies: tuple[CopyRow, ...]
     build: dict = attrs.field(factory=dict)
     edges: tuple[EdgeRow, ...] = ()
+    model: str = ""  # what the user built (the file's name), for titles
+
+    @property
+    def title(self) -> str:
+        """The model where known, then the target it was built for."""
+        target = self.target if len(str(self.target)) <= 40 else "a target given as JSON"
+        return f"{self.model} for {target}" if self.model else str(target)
 
     @classmethod
     def from_plans(cls, target: str, plans: dict[str, ProducerInfo], build=None) -> "Report":
@@ -93,6 +100,7 @@ class Report:
     def summary(self) -> dict:
         textures = sum(n for scope, n in self.counts().items() if is_texture_scope(scope))
         return {
+            **({"model": self.model} if self.model else {}),
             "target": self.target,
             "tensors": len(self.tensors),
             "in_texture": textures,
@@ -106,12 +114,29 @@ class Report:
         return json.dumps(
             {"summary": self.summary(), "scopes": self.counts(),
              "tensors": [attrs.asdict(t) for t in self.tensors],
-             "copies": [attrs.asdict(c) for c in self.copies]},
+             "copies": [attrs.asdict(c) for c in self.copies],
+             "edges": [attrs.asdict(e) for e in self.edges]},
             indent=2,
         )
 
+    @classmethod
+    def from_json(cls, text: str) -> "Report":
+        """The report :meth:`to_json` wrote (``texscope explain`` of a build
+        directory)."""
+        data = json.loads(text)
+        summary = dict(data["summary"])
+        model, target = summary.pop("model", ""), summary.pop("target")
+        for key in ("tensors", "in_texture", "in_buffer", "planned_copies", "planned_copy_bytes"):
+            summary.pop(key, None)
+        tensors = tuple(TensorRow(**{**t, "shape": tuple(t["shape"]) if t["shape"] else None,
+                                     "consumers": tuple(t["consumers"])})
+                        for t in data["tensors"])
+        copies = tuple(CopyRow(**{**c, "readers": tuple(c["readers"])}) for c in data["copies"])
+        edges = tuple(EdgeRow(**e) for e in data.get("edges", ()))
+        return cls(target, tensors, copies, summary, edges, model)
+
     def to_markdown(self) -> str:
-        lines = ["# texscope report", ""]
+        lines = [f"# texscope report: {self.title}", ""]
         lines += [f"- {k.replace('_', ' ')}: {v}" for k, v in self.summary().items()]
         lines += ["", "## Tensors per scope", ""]
         lines += [f"- `{scope}`: {n}" for scope, n in self.counts().items()]

@@ -92,7 +92,7 @@ def report_html(report: Report, path) -> list[Path]:
         for r in report.tensors
     )
     page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>texscope report</title>
+<html><head><meta charset="utf-8"><title>texscope report: {html.escape(report.title)}</title>
 <style>body{{font-family:sans-serif;margin:1em 2em}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:left;font-size:13px}}
 h1{{font-size:1.4em;margin:0.2em 0}} #figures{{margin:0.2em 0 0.5em}}
@@ -101,7 +101,7 @@ h1{{font-size:1.4em;margin:0.2em 0}} #figures{{margin:0.2em 0 0.5em}}
 #zoom{{position:absolute;top:4px;right:4px}} #zoom button{{font-size:14px;min-width:2.2em}}
 #legend{{font-size:13px}} .swatch{{display:inline-block;width:1em;height:1em;border:1px solid #888;
 margin-right:0.4em;vertical-align:middle}}</style></head>
-<body><h1>texscope report: {html.escape(str(report.target))}</h1>
+<body><h1>texscope report: {html.escape(report.title)}</h1>
 <p id="figures">{figures}. Scroll on the graph to zoom, drag to pan; the legend is below it.</p>
 <div id="graph"><div id="zoom"><button id="zoom-in">+</button><button id="zoom-out">&minus;</button>
 <button id="zoom-fit">fit</button></div>{picture}</div>

@@ -78,7 +78,7 @@ def _load_onnx(file: Path) -> tvm.IRModule:
         import onnx
         from tvm.relax.frontend.onnx import from_onnx
     except ImportError as err:
-        raise TexscopeError("ONNX models need the onnx extra: pip install 'texscope[onnx]'") from err
+        raise TexscopeError("ONNX models need the onnx package: pip install onnx") from err
     try:
         model = onnx.load(str(file))
     except Exception as err:  # protobuf raises its own DecodeError, or OSError

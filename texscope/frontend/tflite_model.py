@@ -22,6 +22,7 @@ interpreter computes).
 from __future__ import annotations
 
 import functools
+import struct
 from collections import Counter
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def _tflite_package():
         import tflite  # the flatbuffer schema TVM's frontend reads
     except ImportError as err:
         raise TexscopeError("TFLite models need the tflite package: "
-                            "pip install 'texscope[tflite]'") from err
+                            "pip install tflite") from err
     return tflite
 
 
@@ -159,8 +160,12 @@ def load_tflite(path) -> tvm.IRModule:
     tflite = _tflite_package()
     from tvm.relax.frontend.tflite import from_tflite
 
-    model = tflite.Model.GetRootAsModel(data, 0)
-    custom = _custom_operators(tflite, model)
+    try:
+        model = tflite.Model.GetRootAsModel(data, 0)
+        _check_lengths(model, len(data))
+        custom = _custom_operators(tflite, model)
+    except Exception as err:  # flatbuffers reads past the end, or garbage
+        raise _corrupt(file, err) from None
     if custom:
         listed = ", ".join(f"{name} (x{count})" for name, count in sorted(custom.items()))
         raise TexscopeError(f"{file}: TVM's TFLite frontend does not convert custom operators: {listed}")
@@ -172,14 +177,41 @@ def load_tflite(path) -> tvm.IRModule:
     with quiet_native_stderr():
         try:
             mod = from_tflite(model, op_converter=_converter_class())
+        except (struct.error, UnicodeDecodeError) as err:  # read past the file, or garbage
+            failure = _corrupt(file, err)
         except Exception as err:  # the frontend raises anything; name where it was
-            failure = _frontend_failure(file, tflite, model, err)
+            try:
+                failure = _frontend_failure(file, tflite, model, err)
+            except Exception:  # pylint: disable=broad-except
+                failure = _corrupt(file, err)  # the model cannot be read to say where
             err.with_traceback(None)
     if failure is not None:
         raise failure
     # Operators sharing a weight tensor each get the frontend's conversion of
     # it (an astype per use, face_landmark: 17): one computes it for all.
     return relax.transform.EliminateCommonSubexpr()(_rewrite_flattened_prelu()(mod))
+
+
+def _corrupt(file: Path, err: Exception) -> TexscopeError:
+    first = (str(err).strip().splitlines() or [""])[0][:200]
+    return TexscopeError(f"{file}: not a readable TFLite model, truncated or corrupt "
+                         f"({type(err).__name__}: {first})")
+
+
+def _check_lengths(model, size: int) -> None:
+    """Raise where a vector of the flatbuffer claims more entries than the
+    file has bytes for (a flipped length would loop for hours)."""
+    def check(length: int, what: str) -> int:
+        if not 0 <= length <= size // 4:
+            raise ValueError(f"{length} {what} in a file of {size} bytes")
+        return length
+
+    check(model.BuffersLength(), "buffers")
+    check(model.OperatorCodesLength(), "operator codes")
+    for s in range(check(model.SubgraphsLength(), "subgraphs")):
+        graph = model.Subgraphs(s)
+        check(graph.OperatorsLength(), "operators")
+        check(graph.TensorsLength(), "tensors")
 
 
 def failure_reason(err: Exception) -> str:

@@ -389,10 +389,11 @@ def calibrate(device_index: int = 0, shapes=DEFAULT_SHAPES, repeats: int = DEFAU
     return document
 
 
-def write_profile(document: dict, path) -> Path:
-    """Write a profile document; refuses to replace a file that is not one."""
+def write_profile(document: dict, path, force: bool = False) -> Path:
+    """Write a profile document; refuses to replace a file that is not one
+    unless ``force``."""
     path = Path(path)
-    if path.exists() and not cost_profile.is_profile_file(path):
+    if path.exists() and not force and not cost_profile.is_profile_file(path):
         raise TexscopeError(f"{path} exists and is not a texscope cost profile; "
                             "not overwriting it")
     if path.parent and not path.parent.is_dir():
@@ -424,6 +425,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "order (--list-devices shows them; default 0)")
     parser.add_argument("-o", "--output", help="the profile file to write (JSON, "
                                                "docs/costs.md)")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite -o even where it is not a cost profile texscope wrote")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                         help=f"timed runs per measurement, the least kept (default "
                              f"{DEFAULT_REPEATS}; more for a steadier profile)")
@@ -446,12 +449,13 @@ def run_command(args) -> int:
         return 0
     if not args.output:
         raise TexscopeError("say where to write the profile: -o profile.json")
-    if Path(args.output).exists() and not cost_profile.is_profile_file(args.output):
+    if (Path(args.output).exists() and not args.force
+            and not cost_profile.is_profile_file(args.output)):
         raise TexscopeError(f"{args.output} exists and is not a texscope cost profile; "
-                            "not overwriting it")
+                            "not overwriting it (--force overwrites it)")
     document = calibrate(args.device, args.shapes or DEFAULT_SHAPES, args.repeats,
                          kernels_dir=args.kernels)
-    path = write_profile(document, args.output)
+    path = write_profile(document, args.output, force=args.force)
     print(cost_profile.from_document(document, str(path)).describe())
     print(f"written to {path}")
     return 0

@@ -22,7 +22,8 @@ from ..errors import TexscopeError
 from .launches import HostFunction, Launch, ParamArg, SizeArg, Workspace, host_functions
 from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, TensorSpec, WorkspaceArg
 from .program import Copy, KernelCall, Program, read_program
-from .replay import KernelTime, RunResult, replay
+from .replay import KernelTime, RunResult, random_inputs, replay
+from .resolve import bind_sizes
 from .tir_sizes import free_names, size_text, substituted
 
 __all__ = ["KernelTime", "RunResult", "plan_of", "run"]
@@ -133,21 +134,36 @@ def plan_of(result) -> Plan:
     )
 
 
-def run(result, inputs, device=None) -> RunResult:
+def run(result, inputs=None, device=None, sizes=None) -> RunResult:
     """Execute a :func:`texscope.build` result on an OpenCL device.
 
     Parameters
     ----------
     result : BuildResult
         An OpenCL build (``result.kernels`` and ``result.opencl_source`` set).
-    inputs : sequence of numpy arrays
+    inputs : sequence of numpy arrays, optional
         One per parameter of ``main``; for a model of symbolic size, any
-        size its shapes allow (one build runs at every size).
+        size its shapes allow (one build runs at every size).  Uniform in
+        [-1, 1) by default.
     device : pyopencl.Device, optional
         The first device found by default.
+    sizes : dict, optional
+        The value of each symbolic size (``{"h": 224, "w": 224}``, as
+        ``texscope run --size``): the size the random inputs take, or the
+        size ``inputs`` must have.
 
     Returns
     -------
     RunResult
     """
-    return replay(plan_of(result), inputs, device)
+    plan = plan_of(result)
+    if inputs is None:
+        inputs = random_inputs(plan, sizes=sizes)
+    elif sizes:
+        bound = bind_sizes(plan, inputs)
+        differ = {name: value for name, value in sizes.items() if bound.get(name) != value}
+        if differ:
+            name = next(iter(differ))
+            raise TexscopeError(f"sizes: {name}={differ[name]}, but the inputs give "
+                                f"{name}={bound.get(name, '(no such size)')}")
+    return replay(plan, inputs, device)

@@ -10,6 +10,7 @@ uploads, downloads and buffer/image copies move the bytes unchanged.
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import numpy as np
@@ -39,6 +40,20 @@ def texels(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(layers, height, width, TEXEL_LANES)
 
 
+def fitted_target(target: str, spatial: int, depth: int) -> str:
+    """Target JSON for ``texscope build --target``: the GPU of the build's
+    ``target`` (a preset name or target JSON, as the plan records it; Adreno
+    if neither says) with images no larger than ``spatial`` x ``depth``."""
+    device = "mali" if target.startswith("mali") else "adreno"
+    try:
+        device = json.loads(target).get("device", device)
+    except (ValueError, AttributeError):
+        pass
+    return json.dumps({"kind": "opencl", "device": device,
+                       "keys": [device, "opencl", "gpu", "texture"],
+                       "texture_spatial_limit": spatial, "texture_depth_limit": depth})
+
+
 def allocation_bytes(spec: TensorSpec) -> int:
     """Bytes the replay asks OpenCL for to hold ``spec``: a buffer's values,
     an image's texels (4 values each; the driver may pad its rows further)."""
@@ -57,8 +72,9 @@ class DeviceMemory:
     (PoCL has none).  ``allocated_bytes`` is what that costs.
     """
 
-    def __init__(self, cl, context, queue):
+    def __init__(self, cl, context, queue, target: str = ""):
         self.cl = cl
+        self.target = target  # the build's, for a target that fits the device
         self.context = context
         self.queue = queue
         self.objects: dict[TensorSpec, object] = {}
@@ -82,8 +98,9 @@ class DeviceMemory:
                 raise TexscopeError(
                     f"tensor {spec.name}: its {spec.scope} image is {extent[0]} x {extent[1]} "
                     f"texels x {extent[2]} layers, over this device's {limits[0]} x {limits[1]} "
-                    f"x {limits[2]}; build for a target with texture_spatial_limit="
-                    f"{min(limits[:2])} and texture_depth_limit={limits[2]}")
+                    f"x {limits[2]}; build for it with `texscope build ... --fit-device` "
+                    "where TVM sees this device, or with --target "
+                    f"'{fitted_target(self.target, min(limits[:2]), limits[2])}'")
             memory = cl.create_image(self.context, flags, fmt, shape=extent, is_array=True)
         else:
             memory = cl.Buffer(self.context, flags, size=allocation_bytes(spec))
@@ -107,7 +124,8 @@ class DeviceMemory:
         return dict(origin=(0, 0, 0), region=image_extent(spec))
 
     def upload(self, spec: TensorSpec, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array, dtype=spec.dtype)
+        # Not ascontiguousarray: it makes a scalar (a rank-0 input) 1-D.
+        array = np.asarray(array, dtype=spec.dtype, order="C")
         if array.shape != spec.shape:
             raise TexscopeError(f"tensor {spec.name}: expected shape {list(spec.shape)}, "
                                 f"got {list(array.shape)}")

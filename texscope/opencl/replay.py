@@ -84,11 +84,16 @@ def read_arrays(path, names: tuple[str, ...], what: str) -> list[np.ndarray]:
                         f"arr_0..arr_{len(names) - 1}); it has {', '.join(sorted(keys))}")
 
 
-def random_inputs(plan: Plan, seed: int = 0) -> list[np.ndarray]:
-    """Uniform [-1, 1) arrays for ``main``'s parameters."""
+def random_inputs(plan: Plan, seed: int = 0, sizes=None) -> list[np.ndarray]:
+    """Uniform [-1, 1) arrays for ``main``'s parameters; a plan of symbolic
+    size takes the value of each size variable from ``sizes`` (a dict)."""
     if plan.is_symbolic:
-        raise TexscopeError(f"main's inputs have symbolic sizes ({', '.join(plan.sizes)}): "
-                            "give arrays of the size to run with --inputs")
+        missing = sorted(set(plan.sizes) - set(sizes or {}))
+        if missing:
+            raise TexscopeError(f"main's inputs have symbolic sizes ({', '.join(plan.sizes)}): "
+                                "give arrays of the size to run with --inputs, or the sizes "
+                                f"(sizes={{'{missing[0]}': ...}})")
+        plan = resolved(plan, {name: int(sizes[name]) for name in plan.sizes})
     rng = np.random.default_rng(seed)
     return [rng.uniform(-1, 1, plan.spec(name).shape).astype(plan.spec(name).dtype)
             for name in plan.inputs]

@@ -158,7 +158,7 @@ class Session:
         context, self.program = compiled(plan.source, self.device)
         properties = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(context, properties=properties)
-        self.memory = DeviceMemory(cl, context, self.queue)
+        self.memory = DeviceMemory(cl, context, self.queue, plan.target)
         self.launcher = Launcher(cl, self.program, self.memory, plan)
         self.inputs = [plan.spec(name) for name in plan.inputs]
         self.outputs = [plan.spec(name) for name in plan.outputs]

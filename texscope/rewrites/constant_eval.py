@@ -153,5 +153,5 @@ def evaluate(call: relax.Call, values: list[np.ndarray]) -> np.ndarray | None:
     shape = _static_shape(call)
     if shape != result.shape or str(result.dtype) != str(call.ty.dtype):
         return None
-    return np.ascontiguousarray(result)
+    return np.asarray(result, order="C")  # ascontiguousarray makes a scalar 1-D
 

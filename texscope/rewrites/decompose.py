@@ -158,3 +158,31 @@ def DecomposeForGPU() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
         return rewrite_bindings(mod, _decomposed)
 
     return decompose
+
+
+def _cpu_builds(call: relax.Call) -> bool:
+    """Whether TVM's own CPU build takes ``call`` as it is: a transpose with
+    TVM's default layouts legalizes, an ``ewise_fma`` never does."""
+    if call.op.same_as(tvm.ir.Op.get("relax.nn.conv2d_transpose")):
+        attrs = call.attrs
+        return (str(attrs.data_layout), str(attrs.kernel_layout),
+                str(attrs.out_layout) or str(attrs.data_layout)) == ("NCHW", "IOHW", "NCHW")
+    return False
+
+
+def DecomposeForCPU() -> tvm.ir.transform.Pass:  # pylint: disable=invalid-name
+    """The rewrites of :func:`DecomposeForGPU` applied only where TVM's CPU
+    build cannot take the call (an ``ewise_fma``, a transpose in another
+    layout than IOHW): the reference a build is compared with then runs,
+    and a transpose it can build still checks the GPU's decomposition."""
+
+    def rewrite(value: relax.Expr, bound) -> relax.Expr | None:
+        if isinstance(value, relax.Call) and value.op in _REWRITES and _cpu_builds(value):
+            return None
+        return _decomposed(value, bound)
+
+    @tvm.transform.module_pass(opt_level=0, name="texscope.DecomposeForCPU")
+    def decompose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_bindings(mod, rewrite)
+
+    return decompose

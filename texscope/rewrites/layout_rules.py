@@ -53,7 +53,8 @@ def elementwise(converter, call, _rule) -> Inferred:
 def broadcast(converter, call, _rule) -> Inferred:
     """TVM's InferLayoutBinaryEwise: the packed operand's layout for both where
     the other's shape packs alike; else the layout of the operand of higher
-    rank, the other's broadcast to it."""
+    rank, the other's broadcast to it; both plain where the ranks are equal
+    but the other's shape does not pack (where TVM's rule fails)."""
     converter.no_desired(call)
     first, second = converter.leaf(call.args[0]), converter.leaf(call.args[1])
     ndim1, ndim2 = known_ndim(call.args[0].ty), known_ndim(call.args[1].ty)
@@ -69,6 +70,12 @@ def broadcast(converter, call, _rule) -> Inferred:
                 shape = static_shape(call.args[0])
                 if can_prove_transform(initial(len(shape)), second, shape):
                     return Inferred([second, second], second, call.attrs)
+            if ndim1 == ndim2:
+                # The other operand cannot be packed alike (a size 1 broadcast
+                # on the packed axis): TVM's rule would follow the packed
+                # layout and fail, so both stay plain, as a lower rank would.
+                plain = initial(ndim1)
+                return Inferred([plain, plain], plain, call.attrs)
     if ndim1 <= ndim2:
         if ndim1 == 0:
             return Inferred(["", second], second, call.attrs)
@@ -268,6 +275,11 @@ def reduction(converter, call, rule) -> Inferred:
         c for i, c in enumerate(reference)
         if not (c == "#" or (c.isdigit() and reference[i + 1:i + 2] == "#")))
     output = layout if getattr(call.attrs, "keepdims") else kept
+    if not output:
+        # A scalar: TVM's layout of it differs from the one it starts a
+        # scalar in (it binds a permute_dims of no axes where it is read as
+        # a variable); its pass decides such modules.
+        raise Unsupported("reduction to a scalar")
     axes_of(output)  # TVM parses it: a layout it cannot parse is its error
     return Inferred([layout], output, with_attrs(call.attrs, **{rule.axis_attr: new_axes}))
 
