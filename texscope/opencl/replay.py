@@ -32,6 +32,7 @@ from ..errors import TexscopeError, exit_status
 from ..diagnostics.numerics import compare
 from .plan import Plan, read_plan
 from .session import KernelTime, RunResult, Session
+from .resolve import resolved
 from .source import devices, pick_device
 
 
