@@ -151,3 +151,52 @@ def ConvertKeepingNames(target) -> tvm.ir.transform.Pass:  # pylint: disable=inv
         return restore_names(packed, originals)
 
     return run
+
+
+def _returned(func: relax.Function) -> list:
+    """The expressions ``func`` returns, a returned tuple flattened one level
+    (through the variable a frontend binds it to)."""
+    returned = func.body.body
+    bound = {handle(b.var): b.value for block in func.body.blocks for b in block.bindings}
+    if isinstance(returned, relax.Var) and isinstance(bound.get(handle(returned)), relax.Tuple):
+        returned = bound[handle(returned)]
+    return list(returned.fields) if isinstance(returned, relax.Tuple) else [returned]
+
+
+def name_outputs(mod: tvm.IRModule, names) -> tvm.IRModule:
+    """``main`` with the variables it returns named as the model names its
+    outputs (frontends name them ``gv``, ``lv41``...), so that the plan, the
+    replay's ``.npz`` files and the reports use the model's names.
+
+    An output that is not a variable computed by ``main`` (an input passed
+    through, a constant), one returned twice, or a name another variable of
+    ``main`` holds keeps what it has.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        An imported model.
+    names : sequence of str
+        The model's output names, in the order ``main`` returns them.
+    """
+    func = mod["main"]
+    fields = _returned(func)
+    if len(fields) != len(names):
+        return mod
+    params = {handle(p) for p in func.params}
+    variables = [*func.params, *(b.var for block in func.body.blocks for b in block.bindings)]
+    taken = {v.name for v in variables}
+    renamed = {}
+    for field, name in zip(fields, names):
+        key = handle(field) if isinstance(field, relax.Var) else None
+        if key is None or key in params or key in renamed or not name:
+            continue
+        if field.name != name and name in taken:
+            continue
+        renamed[key] = name
+        taken.add(name)
+    if not renamed:
+        return mod
+    functions = dict(mod.functions)
+    functions[mod.get_global_var("main")] = _renamed(func, renamed)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
