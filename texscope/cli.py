@@ -21,7 +21,8 @@ from .frontend.model_file import PRINTED_HEADER, load_model
 from .backend.outdir import check_output_dir, record_written, written_before
 from .knowledge.targets import texture_target
 
-MODEL_HELP = "a .py file defining a TVMScript IRModule, an .onnx or a .tflite file"
+MODEL_HELP = ("a .py file defining a TVMScript IRModule, an .onnx or a .tflite file, or a .pt2 "
+              "file (torch.export.save)")
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, a TVM tag, or target JSON"
 # Not --profile: that one times the build's stages.
 COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrate` wrote on the "
@@ -228,6 +229,13 @@ def cmd_run(args) -> int:
     if Path(args.model).suffix == ".tflite":
         against = _against_tflite(args.model, run.outputs, inputs, args.tolerance)
         checks += [against] if against is not None else []
+    if Path(args.model).suffix == ".pt2":
+        from .frontend.torch_model import eager_outputs
+
+        check = verify.compare(run.outputs, eager_outputs(args.model, inputs),
+                               rtol=args.tolerance, atol=args.tolerance, of_scale=True)
+        print(check.line("PyTorch (eager)"))
+        checks.append(check)
     total = sum(t.seconds for t in run.times)
     print(f"time per command, slowest first (total {total * 1e3:.3f} ms):")
     for timed in run.slowest()[:args.top]:

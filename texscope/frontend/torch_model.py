@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import tvm
+from tvm import relax
 
 from ..errors import TexscopeError
 from ..ir.quiet import quiet_native_stderr
@@ -35,9 +36,8 @@ def _torch():
 
 def _output_names(program) -> list[str]:
     spec = program.call_spec.out_spec
-    # A module returning a dict: its keys, in torch's flattening order.
-    if spec is not None and spec.type is dict and all(
-            child.num_leaves == 1 for child in spec.children_specs):
+    # A module returning a dict of tensors: its keys, in torch's flattening order.
+    if spec is not None and spec.type is dict and spec.num_leaves == len(spec.context):
         return [str(key) for key in spec.context]
     return list(program.graph_signature.user_outputs)
 
@@ -74,7 +74,8 @@ def from_exported(program, source: str = "the exported program") -> tvm.IRModule
             err.with_traceback(None)
     if failure is not None:
         raise failure
-    return name_outputs(mod, _output_names(program))
+    # The frontend binds a single output to a second variable; one is enough.
+    return name_outputs(relax.transform.CanonicalizeBindings()(mod), _output_names(program))
 
 
 def _frontend_failure(source: str, err: Exception) -> TexscopeError:
@@ -132,3 +133,14 @@ def load_exported(path) -> tvm.IRModule:
         raise TexscopeError(f"{file}: not a readable torch.export program "
                             f"({type(err).__name__}{': ' + first if first else ''})") from None
     return from_exported(program, str(file))
+
+
+def eager_outputs(path, inputs) -> list:
+    """What PyTorch itself computes from the ``.pt2`` program at ``path`` on
+    ``inputs`` (numpy arrays, in order), flattened as :func:`from_exported`
+    returns them: the reference an import is checked against."""
+    torch, _ = _torch()
+    program = torch.export.load(str(path))
+    with torch.no_grad():
+        outputs = program.module()(*(torch.from_numpy(a) for a in inputs))
+    return [t.detach().numpy() for t in torch.utils._pytree.tree_leaves(outputs)]

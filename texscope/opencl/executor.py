@@ -140,8 +140,9 @@ def run(result, inputs, device=None) -> RunResult:
     ----------
     result : BuildResult
         An OpenCL build (``result.kernels`` and ``result.opencl_source`` set).
-    inputs : sequence of numpy arrays
-        One per parameter of ``main``; for a model of symbolic size, any
+    inputs : sequence of numpy arrays, or dict of them by name
+        One per parameter of ``main`` (in order, or by the input names the
+        model gave them); for a model of symbolic size, any
         size its shapes allow (one build runs at every size).
     device : pyopencl.Device, optional
         The first device found by default.

@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
@@ -114,6 +115,20 @@ class Launcher:
             self.memory.queue, kernel, step.global_size, step.local_size)
 
 
+def in_order(names: tuple[str, ...], inputs) -> list:
+    """``inputs`` as a list in the order of ``names``: a mapping is looked up
+    by name (every name given, no other), a sequence kept as it is."""
+    if not isinstance(inputs, Mapping):
+        return list(inputs)
+    missing = [name for name in names if name not in inputs]
+    unknown = sorted(set(inputs) - set(names))
+    if missing or unknown:
+        problem = (f"no input named {', '.join(map(repr, unknown))}" if unknown
+                   else f"no array for {', '.join(map(repr, missing))}")
+        raise TexscopeError(f"main's inputs are {', '.join(map(repr, names))}: {problem}")
+    return [inputs[name] for name in names]
+
+
 def replay(plan: Plan, inputs, device=None) -> RunResult:
     """Run ``plan`` once on an OpenCL device.
 
@@ -122,8 +137,9 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
     plan : Plan
         From :func:`texscope.opencl.plan.read_plan`, or made from a build.
         A plan of symbolic size runs at the size of ``inputs``.
-    inputs : sequence of numpy arrays
-        One per parameter of ``main``, in order.
+    inputs : sequence of numpy arrays, or dict of them by name
+        One per parameter of ``main``: in order, or keyed by the input names
+        (``plan.inputs``, the model's own).
     device : pyopencl.Device, optional
         The first device found by default.
 
@@ -132,6 +148,7 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
     RunResult
     """
     cl = pyopencl()
+    inputs = in_order(plan.inputs, inputs)
     if len(inputs) != len(plan.inputs):
         raise TexscopeError(f"main takes {len(plan.inputs)} inputs, got {len(inputs)}")
     if plan.is_symbolic:
