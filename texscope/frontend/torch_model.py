@@ -11,6 +11,7 @@ one :class:`TexscopeError` naming each.
 from __future__ import annotations
 
 import ast
+import logging
 import re
 from pathlib import Path
 
@@ -126,12 +127,18 @@ def load_exported(path) -> tvm.IRModule:
     """A Relax module from a ``.pt2`` file written by ``torch.export.save``."""
     torch, _ = _torch()
     file = Path(path)
+    # torch.export logs a warning of several lines before it raises.
+    quiet = logging.getLogger("torch.export")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         program = torch.export.load(str(file))
     except Exception as err:  # zipfile, pickle and torch errors alike
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise TexscopeError(f"{file}: not a readable torch.export program "
                             f"({type(err).__name__}{': ' + first if first else ''})") from None
+    finally:
+        quiet.setLevel(level)
     return from_exported(program, str(file))
 
 
