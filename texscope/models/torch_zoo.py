@@ -3,12 +3,15 @@ their scale (no pretrained weights are needed, or reachable offline).
 
 Random weights drawn at PyTorch's default scale shrink or blow activations
 up layer after layer, until outputs are all zeros or all overflow and a
-wrong kernel hides in either.  :func:`scale_keeping_init` draws each conv and
-linear weight from N(0, 2 / fan-in) (Kaiming's ReLU gain; fan-in per group
-for depthwise convs), biases from N(0, 0.01), and sets every batch norm near
-the identity (scale in [0.8, 1.2], shift N(0, 0.05), running mean N(0, 0.05),
-running variance in [0.8, 1.2]), so that each layer keeps its input's scale
-and the logits of a standard-normal image are of order one.
+wrong kernel hides in either.  :func:`scale_keeping_init` draws each conv
+weight from N(0, 2 / fan-in) (Kaiming's ReLU gain; fan-in per group for
+depthwise convs), each linear weight from N(0, 1 / fan-in), biases from
+N(0, 0.01), batch-norm scales from [0.8, 1.2] and shifts from N(0, 0.05);
+then it sets each batch norm's running mean and variance to those of its
+input on one standard-normal batch (as a trained network's are to its
+data), so that every batch norm keeps its output near unit scale, residual
+sums and concatenations do not grow layer after layer, and the logits of a
+standard-normal image are of order one.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ TORCHVISION_MODELS = ("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "
                       "shufflenet_v2_x1_0", "squeezenet1_1")
 
 
-def scale_keeping_init(module, seed: int = 0):
+def scale_keeping_init(module, seed: int = 0, size: int = 224):
     """Draw ``module``'s weights and batch-norm statistics in place so that
     activations keep their scale (see the module's docstring); ``module``,
-    in eval mode."""
+    in eval mode.  The statistics are measured on two ``size`` x ``size``
+    images: at another size the deepest layers' borders weigh differently,
+    and the scale drifts."""
     import torch
     from torch import nn
 
@@ -39,23 +44,33 @@ def scale_keeping_init(module, seed: int = 0):
         with torch.no_grad():
             tensor.copy_(low + (high - low) * torch.rand(tensor.shape, generator=generator))
 
+    norms = []
     for layer in module.modules():
         if isinstance(layer, (nn.Conv2d, nn.Linear)):
             fan_in = layer.weight[0].numel()
-            normal(layer.weight, math.sqrt(2.0 / fan_in))
+            gain = 2.0 if isinstance(layer, nn.Conv2d) else 1.0
+            normal(layer.weight, math.sqrt(gain / fan_in))
             if layer.bias is not None:
                 normal(layer.bias, 0.01)
         elif isinstance(layer, nn.BatchNorm2d):
             uniform(layer.weight, 0.8, 1.2)
             normal(layer.bias, 0.05)
-            normal(layer.running_mean, 0.05)
-            uniform(layer.running_var, 0.8, 1.2)
+            norms.append(layer)
+    # Momentum 1: the running statistics become those of this one batch.
+    for layer in norms:
+        layer.reset_running_stats()
+        layer.momentum = 1.0
+    module.train()
+    with torch.no_grad():
+        module(torch.randn((2, 3, size, size), generator=generator))
+    for layer in norms:
+        layer.momentum = 0.1
     return module.eval()
 
 
-def torchvision_model(name: str, seed: int = 0):
+def torchvision_model(name: str, seed: int = 0, size: int = 224):
     """One of :data:`TORCHVISION_MODELS`, without pretrained weights, drawn by
-    :func:`scale_keeping_init`, in eval mode."""
+    :func:`scale_keeping_init` for ``size`` x ``size`` images, in eval mode."""
     if name not in TORCHVISION_MODELS:
         raise TexscopeError(f"no torchvision model {name!r}; texscope's are "
                             f"{', '.join(TORCHVISION_MODELS)}")
@@ -63,4 +78,4 @@ def torchvision_model(name: str, seed: int = 0):
         import torchvision
     except ImportError as err:
         raise TexscopeError("torchvision models need torchvision: pip install torchvision") from err
-    return scale_keeping_init(getattr(torchvision.models, name)(weights=None), seed)
+    return scale_keeping_init(getattr(torchvision.models, name)(weights=None), seed, size)
