@@ -214,6 +214,7 @@ def cmd_run(args) -> int:
           f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
     result = build(model, target, log=_print_stage, profile=args.cost_profile,
                    lift_weights=args.lift_weights)
+    print(f"outputs: {', '.join(opencl.plan_of(result).outputs)}")
     inputs = verify.random_inputs(model, seed=args.seed, sizes=sizes)
     if args.lift_weights:
         print("main takes the packed weights: main_transform_params computed on the CPU")

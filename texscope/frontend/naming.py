@@ -148,9 +148,51 @@ def ConvertKeepingNames(target) -> tvm.ir.transform.Pass:  # pylint: disable=inv
             packed = convert(marked)
         except TexscopeError as err:  # its text names marked variables
             raise TexscopeError(_unmarked(str(err), originals)) from None
-        return restore_names(packed, originals)
+        return returned_as_before(restore_names(packed, originals), _returned_names(mod))
 
     return run
+
+
+def _returned_names(mod: tvm.IRModule) -> dict:
+    """Per Relax function, the names of the variables it returns (None for
+    what is not a variable it computes)."""
+    found = {}
+    for gvar, func in _relax_functions(mod):
+        params = {handle(p) for p in func.params}
+        found[gvar.name_hint] = [f.name if isinstance(f, relax.Var) and handle(f) not in params
+                                 else None for f in _returned(func)]
+    return found
+
+
+def returned_as_before(mod: tvm.IRModule, names: dict) -> tvm.IRModule:
+    """Each function returning variables of the names it returned before
+    stage 1, which may have appended to an output (the layout transform back
+    from the packed layout): the model's name goes to what is returned, and
+    the variable that held it becomes ``<name>_packed`` (``<name>_inner``
+    when stage 1 appended something else)."""
+    functions = dict(mod.functions)
+    for gvar, func in _relax_functions(mod):
+        before = names.get(gvar.name_hint)
+        fields = _returned(func)
+        if before is None or len(before) != len(fields):
+            continue
+        variables = {v.name: v for v in [*func.params, *(b.var for _, b in
+                                                          relax_bindings(mod, [gvar]))]}
+        bound = {handle(b.var): b.value for _, b in relax_bindings(mod, [gvar])}
+        taken = set(variables)
+        renamed = {}
+        for field, name in zip(fields, before):
+            if name is None or not isinstance(field, relax.Var) or field.name == name:
+                continue
+            holder = variables.get(name)
+            if holder is not None:
+                suffix = "packed" if _operation(bound.get(handle(field))) == "layout_transform" \
+                    else "inner"
+                renamed[handle(holder)] = _unique(f"{name}_{suffix}", taken)
+            renamed[handle(field)] = name
+        if renamed:
+            functions[gvar] = _renamed(func, renamed)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
 def _returned(func: relax.Function) -> list:
