@@ -198,3 +198,14 @@ def test_run_and_explain_refuse_a_broken_pt2_file_in_one_line(tmp_path, capsys, 
     assert captured.err.startswith(f"texscope: error: {broken}: not a readable torch.export "
                                    "program (") and captured.err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.pt2"]
+
+
+def test_a_pt2_file_with_an_operator_the_frontend_lacks_is_one_line(tmp_path, capsys):
+    model = tmp_path / "det.pt2"
+    torch.export.save(torch.export.export(Determinant(), (torch.randn(3, 3),)), str(model))
+    assert main(["build", str(model), "-o", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"texscope: error: {model}: TVM's PyTorch frontend has no converter "
+                            "for _linalg_det.default\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["det.pt2"]
