@@ -134,6 +134,13 @@ def test_a_torchvision_model_builds_runs_and_matches_eager_pytorch(name, target)
     _check_on_opencl(torchvision_model(name, size=224), 224, target)
 
 
+def test_the_drawn_weights_are_the_same_for_the_same_seed():
+    first, second = (torchvision_model("mobilenet_v3_small", size=32) for _ in range(2))
+    image = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(first(image), second(image))
+
+
 def test_scale_keeping_weights_give_logits_of_order_one():
     with torch.no_grad():
         logits = torchvision_model("squeezenet1_1")(torch.randn(2, 3, 64, 64))

@@ -61,7 +61,9 @@ def scale_keeping_init(module, seed: int = 0, size: int = 224):
         layer.reset_running_stats()
         layer.momentum = 1.0
     module.train()
-    with torch.no_grad():
+    # Train mode draws from the global generator too (stochastic depth).
+    with torch.no_grad(), torch.random.fork_rng():
+        torch.manual_seed(seed)
         module(torch.randn((2, 3, size, size), generator=generator))
     for layer in norms:
         layer.momentum = 0.1
