@@ -39,12 +39,15 @@ def classifier_onnx(path):
          helper.make_node("Relu", ["c"], ["features"]),
          helper.make_node("GlobalAveragePool", ["features"], ["pooled"]),
          helper.make_node("Flatten", ["pooled"], ["flat"]),
-         helper.make_node("MatMul", ["flat", "d"], ["logits"])],
+         helper.make_node("MatMul", ["flat", "d"], ["scores"]),
+         # Fused with the MatMul: the fused call is bound to a fresh variable.
+         helper.make_node("Add", ["scores", "bias"], ["logits"])],
         "classifier",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 16, 16])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5]),
          helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, 8, 16, 16])],
-        initializer=[numpy_helper.from_array(weight, "w"), numpy_helper.from_array(dense, "d")],
+        initializer=[numpy_helper.from_array(weight, "w"), numpy_helper.from_array(dense, "d"),
+                     numpy_helper.from_array(np.full((5,), 0.5, "float32"), "bias")],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
 
@@ -94,7 +97,7 @@ def test_names_go_through_the_build_plan_replay_run_and_reports(tmp_path):
     padded = np.pad(image, ((0, 0), (0, 0), (1, 1), (1, 1)))
     windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
     expected_features = np.maximum(np.einsum("nchwij,ocij->nohw", windows, w), 0)
-    expected_logits = expected_features.mean(axis=(2, 3)) @ d
+    expected_logits = expected_features.mean(axis=(2, 3)) @ d + 0.5
     np.testing.assert_allclose(features, expected_features, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(logits, expected_logits, rtol=1e-4, atol=1e-5)
     np.savez(tmp_path / "expected.npz", features=expected_features, logits=expected_logits)

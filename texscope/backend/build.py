@@ -38,7 +38,7 @@ from . import opencl_intrinsics  # noqa: F401  (registers TVM's missing OpenCL m
 from .parallel import build_jobs, jobs_limit, per_chunk
 from .memory import MemoryCapture, device_memory
 from ..frontend.model_file import load_model
-from ..frontend.naming import ConvertKeepingNames
+from ..frontend.naming import ConvertKeepingNames, returned_as_before, returned_names
 from ..opencl.executor import plan_of
 from ..opencl.source import kernel_signatures
 from .outdir import record_written, start_export
@@ -343,6 +343,9 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)
+    # Fusion binds each fused call to a fresh variable (lv41): what main
+    # returns takes back the model's output names.
+    optimized = returned_as_before(optimized, returned_names(packed))
     figures["copies_left"] = copies_in(optimized)
     executable, source, lowered = None, "", None
     if texture.kind == "opencl":

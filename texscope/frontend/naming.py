@@ -148,12 +148,12 @@ def ConvertKeepingNames(target) -> tvm.ir.transform.Pass:  # pylint: disable=inv
             packed = convert(marked)
         except TexscopeError as err:  # its text names marked variables
             raise TexscopeError(_unmarked(str(err), originals)) from None
-        return returned_as_before(restore_names(packed, originals), _returned_names(mod))
+        return returned_as_before(restore_names(packed, originals), returned_names(mod))
 
     return run
 
 
-def _returned_names(mod: tvm.IRModule) -> dict:
+def returned_names(mod: tvm.IRModule) -> dict:
     """Per Relax function, the names of the variables it returns (None for
     what is not a variable it computes)."""
     found = {}
