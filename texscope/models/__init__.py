@@ -1,5 +1,5 @@
 """Models to try texscope on: the bundled examples, the zoo, and the
-MediaPipe corpus of published models."""
+MediaPipe corpus of published models, torchvision's mobile classifiers."""
 
 from .. import _submodules_on_access
 
