@@ -176,7 +176,10 @@ def test_the_command_runs_a_pt2_file_against_pytorch(saved_program, tmp_path):
     done = _texscope("run", saved_program, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 copies" in done.stdout
-    assert "matches PyTorch (eager)" in done.stdout or "PyTorch (eager): " in done.stdout
+    assert "outputs: relu_1\n" in done.stdout
+    (against,) = [line for line in done.stdout.splitlines() if "PyTorch (eager)" in line]
+    assert against.startswith("against PyTorch (eager): max abs error ") and \
+        against.endswith("-> OK")
 
 
 def test_explain_reads_a_pt2_file(saved_program, capsys):
