@@ -13,7 +13,6 @@ import sys
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
 from tvm.script import ir as I, relax as R
 
 import texscope
