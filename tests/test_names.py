@@ -120,3 +120,27 @@ def test_a_tflite_files_names_reach_the_plan(tmp_path):
     assert done.returncode == 0, done.stderr
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert (plan["inputs"], plan["outputs"]) == (["x"], ["y"])
+
+
+def test_onnx_names_that_are_not_identifiers_are_kept(tmp_path):
+    """TVM's importer makes ``input_1`` of ``input.1``; the plan and the
+    replay's files use the model's ``input.1`` and ``output:0``."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["input.1"], ["output:0"])], "odd",
+        [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("output:0", TensorProto.FLOAT, [1, 8])])
+    model = tmp_path / "odd.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    done = _texscope("build", model, "-o", tmp_path / "out")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert (plan["inputs"], plan["outputs"]) == (["input.1"], ["output:0"])
+    values = np.linspace(-1, 1, 8, dtype="float32").reshape(1, 8)
+    np.savez(tmp_path / "inputs.npz", **{"input.1": values})
+    np.savez(tmp_path / "expected.npz", **{"output:0": np.maximum(values, 0)})
+    replayed = subprocess.run(
+        [sys.executable, "-m", "texscope.opencl.replay", tmp_path / "out", "--inputs",
+         tmp_path / "inputs.npz", "--expected", tmp_path / "expected.npz"],
+        capture_output=True, text=True, check=False)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "-> OK" in replayed.stdout

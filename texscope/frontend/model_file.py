@@ -12,13 +12,14 @@ import importlib.util
 import re
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 import tvm
 
 from ..errors import TexscopeError
 from ..ir.quiet import quiet_native_stderr
-from .naming import name_outputs
+from .naming import name_inputs, name_outputs
 
 # TVM's diagnostics end with " --> file:line:col" under the message.
 _DIAGNOSTIC_AT = re.compile(r"^\s*--> (.*):(\d+):(\d+)\s*$", re.M)
@@ -85,12 +86,17 @@ def _load_onnx(file: Path) -> tvm.IRModule:
         model = onnx.load(str(file))
     except Exception as err:  # protobuf raises its own DecodeError, or OSError
         raise TexscopeError(f"{file}: not a readable ONNX model ({type(err).__name__}: {err})") from None
-    with quiet_native_stderr():
+    # The importer warns as it makes identifiers of names (input.1 -> input_1);
+    # name_inputs gives the model's names back.
+    with quiet_native_stderr(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Renaming name ")
         try:
             mod = from_onnx(model, keep_params_in_input=False)
         except Exception as err:  # the importer raises many types on unsupported graphs
             last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise TexscopeError(f"{file}: TVM's ONNX importer failed: {last}") from None
+    weights = {init.name for init in model.graph.initializer}
+    mod = name_inputs(mod, [i.name for i in model.graph.input if i.name not in weights])
     return name_outputs(mod, [output.name for output in model.graph.output])
 
 

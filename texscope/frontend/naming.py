@@ -205,6 +205,24 @@ def _returned(func: relax.Function) -> list:
     return list(returned.fields) if isinstance(returned, relax.Tuple) else [returned]
 
 
+def name_inputs(mod: tvm.IRModule, names) -> tvm.IRModule:
+    """``main`` with its parameters named ``names`` (in order), where a
+    frontend made identifiers of them (ONNX's ``input.1`` became
+    ``input_1``); a name another variable of ``main`` holds is left."""
+    func = mod["main"]
+    if len(func.params) != len(names):
+        return mod
+    variables = [*func.params, *(b.var for block in func.body.blocks for b in block.bindings)]
+    taken = {v.name for v in variables}
+    renamed = {handle(p): name for p, name in zip(func.params, names)
+               if name and p.name != name and name not in taken}
+    if not renamed:
+        return mod
+    functions = dict(mod.functions)
+    functions[mod.get_global_var("main")] = _renamed(func, renamed)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
 def name_outputs(mod: tvm.IRModule, names) -> tvm.IRModule:
     """``main`` with the variables it returns named as the model names its
     outputs (frontends name them ``gv``, ``lv41``...), so that the plan, the
