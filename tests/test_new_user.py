@@ -66,7 +66,7 @@ BAD_MODELS = [
      "decorated with @I.ir_module, or an .onnx file"),
     ("model.txt", "hello\n",
      "{file}: unknown model format '.txt'; give a .py file defining a TVMScript IRModule, "
-     "an .onnx file or a .tflite file"),
+     "an .onnx file, a .tflite file or a .pt2 file (torch.export.save)"),
     ("garbage.onnx", "not protobuf at all\n", "{file}: not a readable ONNX model ("),
     ("missing.py", None, "no such model file: {file}"),
     ("no_shape.py", _module("y = R.nn.relu(x)", 'x: R.Tensor(ndim=4, dtype="float32")'),
@@ -111,7 +111,7 @@ def test_other_user_mistakes_are_one_line(tmp_path):
                     "or target JSON")
     _one_error_line(texscope("build", tmp_path, "-o", tmp_path / "o"),
                     f"{tmp_path} is not a file; give a .py file defining a TVMScript IRModule, "
-                    "an .onnx file or a .tflite file")
+                    "an .onnx file, a .tflite file or a .pt2 file (torch.export.save)")
     _one_error_line(texscope("explain", model, "--svg", tmp_path / "nowhere" / "g.svg"),
                     f"cannot write the graph to {tmp_path / 'nowhere' / 'g.svg'}: name a file in "
                     "an existing directory")

@@ -10,6 +10,7 @@ targets and hand_recrop in float16.
 """
 
 import itertools
+from pathlib import Path
 import subprocess
 import sys
 
@@ -24,6 +25,7 @@ from texscope import opencl
 from texscope.knowledge import registry
 from texscope.diagnostics import verify
 from texscope.frontend.tflite_model import load_tflite
+from tflite import Model
 
 from test_tflite import IMPORTABLE
 
@@ -77,6 +79,11 @@ def test_every_operator_of_every_importable_model_has_a_registry_entry(mediapipe
             "relax.matmul", "relax.sigmoid", "relax.astype", "relax.concat"} <= used
 
 
+def _output_names(path) -> list[str]:
+    graph = Model.GetRootAsModel(Path(path).read_bytes(), 0).Subgraphs(0)
+    return [graph.Tensors(graph.Outputs(i)).Name().decode() for i in range(graph.OutputsLength())]
+
+
 def _convs_reading_means(report) -> int:
     """Convs whose data is in a buffer, each because a mean made it or reads
     it too (selfie_segmentation_landscape's squeezes: TVM's GPU reductions,
@@ -104,6 +111,8 @@ def test_a_model_packs_every_conv_builds_runs_and_matches_the_cpu(mediapipe, nam
     assert figures["convs"] > 0
     assert figures["convs_reading_texture"] == figures["convs"] - buffer_fed
     assert figures["copies_left"] == 0
+    # The file's own output names, not the frontend's (lv41...).
+    assert opencl.plan_of(result).outputs == tuple(_output_names(mediapipe[name]))
     inputs = verify.random_inputs(mod)
     run = opencl.run(result, inputs)
     assert run.copies == 0 and run.images > 0

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import sys
 import types
+import warnings
 
 from .errors import TexscopeError
 
@@ -40,6 +41,19 @@ _EXPORTS = {
     "register_op": "knowledge.registry",
     "TextureTarget": "knowledge.targets",
     "texture_target": "knowledge.targets",
+    "load_model": "frontend.model_file",
+    "from_torch": "frontend.torch_model",
+    "LegalizeOnce": "rewrites.legalize",
+    "PadWholeTexels": "rewrites.texel_pad",
+    "OrderForMemory": "backend.memory_order",
+    "PlanStorages": "backend.storage_plan",
+    "SizeTextureStorages": "backend.memory",
+}
+
+# Modules moved since the last release -> where they are now; the old name
+# works, with a DeprecationWarning, for one release.
+_MOVED = {
+    "verify": "diagnostics.verify",
 }
 
 # The packages, by job; the five stage files, the pipeline, errors and the
@@ -59,8 +73,21 @@ PACKAGES = (
 __all__ = ["TexscopeError", *_EXPORTS, *PACKAGES]
 
 
-def _is_submodule(name: str) -> bool:
-    return not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None
+def _is_submodule(package: str, name: str) -> bool:
+    return not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}") is not None
+
+
+def _submodules_on_access(package: str):
+    """A PEP 562 ``__getattr__`` for ``package`` that imports its modules on
+    first access, so that ``texscope.diagnostics.verify.equivalent`` works
+    after a plain ``import texscope``."""
+
+    def __getattr__(name: str):  # pylint: disable=invalid-name
+        if _is_submodule(package, name):
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 # Functions named as their module (texscope.build, texscope.collect_consumer...):
@@ -82,7 +109,11 @@ sys.modules[__name__].__class__ = _Package
 def __getattr__(name: str):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    elif _is_submodule(name):
+    elif name in _MOVED:
+        warnings.warn(f"texscope.{name} is now texscope.{_MOVED[name]}; the old name goes "
+                      "in the next release", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(f".{_MOVED[name]}", __name__)
+    elif _is_submodule(__name__, name):
         value = importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,8 @@ from .knowledge.targets import texture_target
 from .ir.quiet import quiet_native_stderr
 
 DEMO_DIR = "texscope-demo"
-MODEL_HELP = "a .py file defining a TVMScript IRModule, an .onnx or a .tflite file"
+MODEL_HELP = ("a .py file defining a TVMScript IRModule, an .onnx or a .tflite file, or a .pt2 "
+              "file (torch.export.save)")
 TARGET_HELP = "adreno-opencl, adreno-vulkan, mali-opencl, nvidia-opencl, a TVM tag, or target JSON"
 # Not --profile: that one times the build's stages.
 COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrate` wrote on the "
@@ -302,6 +303,7 @@ def cmd_run(args) -> int:
           f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
     result = build(model, target, log=_print_stage, profile=args.cost_profile,
                    lift_weights=args.lift_weights)
+    print(f"outputs: {', '.join(opencl.plan_of(result).outputs)}")
     inputs = given or verify.random_inputs(model, seed=args.seed, sizes=sizes)
     if args.lift_weights:
         print("main takes the packed weights: main_transform_params computed on the CPU")
@@ -321,6 +323,13 @@ def cmd_run(args) -> int:
         names = opencl.plan_of(result).outputs
         np.savez(args.save_outputs, **dict(zip(names, run.outputs)))
         print(f"outputs written to {args.save_outputs} ({', '.join(names)})")
+    if Path(args.model).suffix == ".pt2":
+        from .frontend.torch_model import eager_outputs
+
+        check = verify.compare(run.outputs, eager_outputs(args.model, inputs),
+                               rtol=args.tolerance, atol=args.tolerance, of_scale=True)
+        print(check.line("PyTorch (eager)"))
+        checks.append(check)
     total = sum(t.seconds for t in run.times)
     print(f"time per command, slowest first (total {total * 1e3:.3f} ms):")
     for timed in run.slowest()[:args.top]:

@@ -27,6 +27,7 @@ from tvm import relax
 from tvm.tirx import compilation_pipeline
 
 from ..cleanup import FoldTextureCopies
+from ..errors import TexscopeError
 from ..planner.cost import copies_in, texture_reads
 from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from ..rewrites.lift_weights import LiftWeightTransforms, require_declared_weights
@@ -36,7 +37,8 @@ from .lowering import adreno_tir_pipeline
 from . import opencl_intrinsics  # noqa: F401  (registers TVM's missing OpenCL math names)
 from .parallel import build_jobs, jobs_limit, per_chunk
 from .memory import MemoryCapture, device_memory
-from ..frontend.naming import ConvertKeepingNames
+from ..frontend.model_file import load_model
+from ..frontend.naming import ConvertKeepingNames, returned_as_before, returned_names
 from ..opencl.executor import plan_of
 from ..opencl.source import kernel_signatures
 from .outdir import record_written, start_export
@@ -265,8 +267,10 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
 
     Parameters
     ----------
-    mod : IRModule
-        A Relax module with static or symbolic shapes.
+    mod : IRModule, str or Path
+        A Relax module with static or symbolic shapes, or a model file
+        (read by :func:`texscope.load_model`: TVMScript ``.py``, ``.onnx``,
+        ``.tflite``, ``.pt2``).
     target : Target, tag, preset name or JSON
         e.g. ``"adreno-opencl"``, ``"qcom/adreno-opencl-texture"``, ``"mali-opencl"``.
     host : Target or str, optional
@@ -299,6 +303,11 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
     -------
     BuildResult
     """
+    if isinstance(mod, (str, os.PathLike)):
+        mod = load_model(mod)
+    elif not isinstance(mod, tvm.IRModule):
+        raise TexscopeError(f"texscope.build takes an IRModule or a model file's path, "
+                            f"not {type(mod).__name__}")
     if lift_weights:  # before stage 1, which takes most of a build of a large model
         require_declared_weights(mod)
     keep_freed_memory()  # TVM's analyzers allocate and free MiBs per primitive
@@ -336,6 +345,9 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
         optimized = timed("optimize", _under(device_target, [
             tvm.tirx.transform.BindTarget(device_target), *optimize_passes(device_target)
         ], "texscope.optimize"), annotated)
+    # Fusion binds each fused call to a fresh variable (lv41): what main
+    # returns takes back the model's output names.
+    optimized = returned_as_before(optimized, returned_names(packed))
     figures["copies_left"] = copies_in(optimized)
     executable, source, lowered = None, "", None
     if texture.kind == "opencl":

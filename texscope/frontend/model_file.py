@@ -1,4 +1,5 @@
-"""Reading a model file the user names: TVMScript in Python, or ONNX.
+"""Reading a model file the user names: TVMScript in Python, ONNX, TFLite or
+a PyTorch program saved with ``torch.export.save``.
 
 Whatever is wrong with the file becomes one :class:`TexscopeError` naming the
 file and, where Python or TVM says it, the line; TVM's C++ warnings about the
@@ -11,12 +12,14 @@ import importlib.util
 import re
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 import tvm
 
 from ..errors import TexscopeError
 from ..ir.quiet import quiet_native_stderr
+from .naming import name_inputs, name_outputs
 
 # TVM's diagnostics end with " --> file:line:col" under the message.
 _DIAGNOSTIC_AT = re.compile(r"^\s*--> (.*):(\d+):(\d+)\s*$", re.M)
@@ -83,20 +86,29 @@ def _load_onnx(file: Path) -> tvm.IRModule:
         model = onnx.load(str(file))
     except Exception as err:  # protobuf raises its own DecodeError, or OSError
         raise TexscopeError(f"{file}: not a readable ONNX model ({type(err).__name__}: {err})") from None
-    with quiet_native_stderr():
+    # The importer warns as it makes identifiers of names (input.1 -> input_1);
+    # name_inputs gives the model's names back.
+    with quiet_native_stderr(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Renaming name ")
         try:
-            return from_onnx(model, keep_params_in_input=False)
+            mod = from_onnx(model, keep_params_in_input=False)
         except Exception as err:  # the importer raises many types on unsupported graphs
             last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise TexscopeError(f"{file}: TVM's ONNX importer failed: {last}") from None
+    weights = {init.name for init in model.graph.initializer}
+    mod = name_inputs(mod, [i.name for i in model.graph.input if i.name not in weights])
+    return name_outputs(mod, [output.name for output in model.graph.output])
 
 
-FORMATS = "a .py file defining a TVMScript IRModule, an .onnx file or a .tflite file"
+FORMATS = ("a .py file defining a TVMScript IRModule, an .onnx file, a .tflite file "
+           "or a .pt2 file (torch.export.save)")
 
 
 def load_model(path: str, module_name: str | None = None) -> tvm.IRModule:
-    """An IRModule from a Python file defining TVMScript modules, an ONNX file
-    or a TFLite file (``.tflite``, through TVM's TFLite frontend).
+    """An IRModule from a Python file defining TVMScript modules, an ONNX file,
+    a TFLite file (``.tflite``, through TVM's TFLite frontend) or a PyTorch
+    program saved with ``torch.export.save`` (``.pt2``).  Imported models keep
+    their input and output names.
 
     Raises
     ------
@@ -115,6 +127,10 @@ def load_model(path: str, module_name: str | None = None) -> tvm.IRModule:
         from .tflite_model import load_tflite
 
         return load_tflite(file)
+    if file.suffix == ".pt2":
+        from .torch_model import load_exported
+
+        return load_exported(file)
     if file.suffix != ".py":
         raise TexscopeError(f"{path}: unknown model format {file.suffix or '(no suffix)'!r}; "
                             f"give {FORMATS}")

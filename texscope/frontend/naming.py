@@ -148,6 +148,115 @@ def ConvertKeepingNames(target) -> tvm.ir.transform.Pass:  # pylint: disable=inv
             packed = convert(marked)
         except TexscopeError as err:  # its text names marked variables
             raise TexscopeError(_unmarked(str(err), originals)) from None
-        return restore_names(packed, originals)
+        return returned_as_before(restore_names(packed, originals), returned_names(mod))
 
     return run
+
+
+def returned_names(mod: tvm.IRModule) -> dict:
+    """Per Relax function, the names of the variables it returns (None for
+    what is not a variable it computes)."""
+    found = {}
+    for gvar, func in _relax_functions(mod):
+        params = {handle(p) for p in func.params}
+        found[gvar.name_hint] = [f.name if isinstance(f, relax.Var) and handle(f) not in params
+                                 else None for f in _returned(func)]
+    return found
+
+
+def returned_as_before(mod: tvm.IRModule, names: dict) -> tvm.IRModule:
+    """Each function returning variables of the names it returned before
+    stage 1, which may have appended to an output (the layout transform back
+    from the packed layout): the model's name goes to what is returned, and
+    the variable that held it becomes ``<name>_packed`` (``<name>_inner``
+    when stage 1 appended something else)."""
+    functions = dict(mod.functions)
+    for gvar, func in _relax_functions(mod):
+        before = names.get(gvar.name_hint)
+        fields = _returned(func)
+        if before is None or len(before) != len(fields):
+            continue
+        variables = {v.name: v for v in [*func.params, *(b.var for _, b in
+                                                          relax_bindings(mod, [gvar]))]}
+        bound = {handle(b.var): b.value for _, b in relax_bindings(mod, [gvar])}
+        taken = set(variables)
+        renamed = {}
+        for field, name in zip(fields, before):
+            if name is None or not isinstance(field, relax.Var) or field.name == name:
+                continue
+            holder = variables.get(name)
+            if holder is not None:
+                suffix = "packed" if _operation(bound.get(handle(field))) == "layout_transform" \
+                    else "inner"
+                renamed[handle(holder)] = _unique(f"{name}_{suffix}", taken)
+            renamed[handle(field)] = name
+        if renamed:
+            functions[gvar] = _renamed(func, renamed)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def _returned(func: relax.Function) -> list:
+    """The expressions ``func`` returns, a returned tuple flattened one level
+    (through the variable a frontend binds it to)."""
+    returned = func.body.body
+    bound = {handle(b.var): b.value for block in func.body.blocks for b in block.bindings}
+    if isinstance(returned, relax.Var) and isinstance(bound.get(handle(returned)), relax.Tuple):
+        returned = bound[handle(returned)]
+    return list(returned.fields) if isinstance(returned, relax.Tuple) else [returned]
+
+
+def name_inputs(mod: tvm.IRModule, names) -> tvm.IRModule:
+    """``main`` with its parameters named ``names`` (in order), where a
+    frontend made identifiers of them (ONNX's ``input.1`` became
+    ``input_1``); a name another variable of ``main`` holds is left."""
+    func = mod["main"]
+    if len(func.params) != len(names):
+        return mod
+    variables = [*func.params, *(b.var for block in func.body.blocks for b in block.bindings)]
+    taken = {v.name for v in variables}
+    renamed = {handle(p): name for p, name in zip(func.params, names)
+               if name and p.name != name and name not in taken}
+    if not renamed:
+        return mod
+    functions = dict(mod.functions)
+    functions[mod.get_global_var("main")] = _renamed(func, renamed)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+def name_outputs(mod: tvm.IRModule, names) -> tvm.IRModule:
+    """``main`` with the variables it returns named as the model names its
+    outputs (frontends name them ``gv``, ``lv41``...), so that the plan, the
+    replay's ``.npz`` files and the reports use the model's names.
+
+    An output that is not a variable computed by ``main`` (an input passed
+    through, a constant), one returned twice, or a name another variable of
+    ``main`` holds keeps what it has.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        An imported model.
+    names : sequence of str
+        The model's output names, in the order ``main`` returns them.
+    """
+    func = mod["main"]
+    fields = _returned(func)
+    if len(fields) != len(names):
+        return mod
+    params = {handle(p) for p in func.params}
+    variables = [*func.params, *(b.var for block in func.body.blocks for b in block.bindings)]
+    taken = {v.name for v in variables}
+    renamed = {}
+    for field, name in zip(fields, names):
+        key = handle(field) if isinstance(field, relax.Var) else None
+        if key is None or key in params or key in renamed or not name:
+            continue
+        if field.name != name and name in taken:
+            continue
+        renamed[key] = name
+        taken.add(name)
+    if not renamed:
+        return mod
+    functions = dict(mod.functions)
+    functions[mod.get_global_var("main")] = _renamed(func, renamed)
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)

@@ -34,6 +34,7 @@ from ..errors import TexscopeError
 from ..ir.quiet import quiet_native_stderr
 from ..ir.rebuild import bound_call, rewrite_bindings
 from . import mediapipe_ops
+from .naming import name_outputs
 
 # A TFLite flatbuffer carries this file identifier at bytes 4..8.
 _IDENTIFIER = b"TFL3"
@@ -189,7 +190,13 @@ def load_tflite(path) -> tvm.IRModule:
         raise failure
     # Operators sharing a weight tensor each get the frontend's conversion of
     # it (an astype per use, face_landmark: 17): one computes it for all.
-    return relax.transform.EliminateCommonSubexpr()(_rewrite_flattened_prelu()(mod))
+    mod = relax.transform.EliminateCommonSubexpr()(_rewrite_flattened_prelu()(mod))
+    return name_outputs(mod, _output_names(model))
+
+
+def _output_names(model) -> list[str]:
+    graph = model.Subgraphs(0)
+    return [graph.Tensors(graph.Outputs(i)).Name().decode() for i in range(graph.OutputsLength())]
 
 
 def _corrupt(file: Path, err: Exception) -> TexscopeError:

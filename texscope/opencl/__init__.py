@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 
+from .. import _submodules_on_access
+
 _EXPORTS = {
     "KernelTime": "replay",
     "RunResult": "replay",
@@ -30,9 +32,12 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_submodule = _submodules_on_access(__name__)
+
+
 def __getattr__(name: str):
     if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return _submodule(name)  # the modules themselves, loaded on first access
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     globals()[name] = value
     return value

@@ -141,8 +141,9 @@ def run(result, inputs=None, device=None, sizes=None) -> RunResult:
     ----------
     result : BuildResult
         An OpenCL build (``result.kernels`` and ``result.opencl_source`` set).
-    inputs : sequence of numpy arrays, optional
-        One per parameter of ``main``; for a model of symbolic size, any
+    inputs : sequence of numpy arrays, or dict of them by name
+        One per parameter of ``main`` (in order, or by the input names the
+        model gave them); for a model of symbolic size, any
         size its shapes allow (one build runs at every size).  Uniform in
         [-1, 1) by default.
     device : pyopencl.Device, optional

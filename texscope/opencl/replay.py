@@ -24,6 +24,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
@@ -34,6 +35,20 @@ from .plan import Plan, read_plan
 from .session import KernelTime, RunResult, Session
 from .resolve import resolved
 from .source import devices, pick_device
+
+
+def in_order(names: tuple[str, ...], inputs) -> list:
+    """``inputs`` as a list in the order of ``names``: a mapping is looked up
+    by name (every name given, no other), a sequence kept as it is."""
+    if not isinstance(inputs, Mapping):
+        return list(inputs)
+    missing = [name for name in names if name not in inputs]
+    unknown = sorted(set(inputs) - set(names))
+    if missing or unknown:
+        problem = (f"no input named {', '.join(map(repr, unknown))}" if unknown
+                   else f"no array for {', '.join(map(repr, missing))}")
+        raise TexscopeError(f"main's inputs are {', '.join(map(repr, names))}: {problem}")
+    return [inputs[name] for name in names]
 
 
 def replay(plan: Plan, inputs, device=None) -> RunResult:
@@ -47,8 +62,9 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
     plan : Plan
         From :func:`texscope.opencl.plan.read_plan`, or made from a build.
         A plan of symbolic size runs at the size of ``inputs``.
-    inputs : sequence of numpy arrays
-        One per parameter of ``main``, in order.
+    inputs : sequence of numpy arrays, or dict of them by name
+        One per parameter of ``main``: in order, or keyed by the input names
+        (``plan.inputs``, the model's own).
     device : pyopencl.Device, optional
         The first device found by default.
 
@@ -56,6 +72,7 @@ def replay(plan: Plan, inputs, device=None) -> RunResult:
     -------
     RunResult
     """
+    inputs = in_order(plan.inputs, inputs)
     if len(inputs) != len(plan.inputs):
         raise TexscopeError(f"main takes {len(plan.inputs)} inputs, got {len(inputs)}")
     return Session(plan, inputs, device, profile=True).profiled(inputs)
