@@ -99,8 +99,13 @@ def optimize_passes(target: tvm.target.Target) -> list:
     """After annotation: legalize, fuse, fold copies, specialize texture
     parameters (one PrimFunc per storage signature first), shorten long
     kernel names, schedule."""
+    return [*fuse_passes(), *after_fusion_passes()]
+
+
+def after_fusion_passes() -> list:
+    """What :func:`optimize_passes` runs after fusion (``texscope tune``
+    builds its kernel variants through the same passes)."""
     return [
-        *fuse_passes(),
         FoldTextureCopies(),
         relax.transform.DeadCodeElimination(),
         SplitPrimFuncsBySignature,
@@ -337,20 +342,7 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
     figures["copies_left"] = copies_in(optimized)
     executable, source, lowered = None, "", None
     if texture.kind == "opencl":
-        capture, planned = _CaptureKernelLaunches(), MemoryCapture()
-        with _with_instrument(capture), _with_instrument(planned):
-            executable = timed("codegen", lambda: tvm.compile(
-                optimized, target=device_target,
-                relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
-                tir_pipeline=TIR_PIPELINE,
-            ))
-        lowered = capture.module()
-        memory = device_memory(planned.modules[-1])
-        figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
-        source = device_source(executable)
-        kernels = kernel_signatures(source)
-        figures["kernels"] = len(kernels)
-        figures["kernels_with_images"] = sum("image2d" in params for params in kernels.values())
+        executable, source, lowered = compile_opencl(optimized, device_target, figures, timed)
     elif tvm.get_global_func(f"target.build.{texture.kind}", allow_missing=True) is None:
         figures["codegen"] = (f"skipped: this TVM build has no {texture.kind} code generator "
                               f"(target.build.{texture.kind}); the annotation is complete")
@@ -358,6 +350,27 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
     label = target if isinstance(target, str) else str(texture.target)
     report = Report.from_plans(label, plans, figures)
     return BuildResult(executable, source, report, optimized, lowered)
+
+
+def compile_opencl(optimized: tvm.IRModule, device_target: tvm.target.Target, figures: dict,
+                   timed=lambda stage, fn: fn()):
+    """Lower and compile a scheduled module for OpenCL; returns the
+    executable, its OpenCL source and the TIR captured after host/device
+    splitting, and adds the memory and kernel counts to ``figures``."""
+    capture, planned = _CaptureKernelLaunches(), MemoryCapture()
+    with _with_instrument(capture), _with_instrument(planned):
+        executable = timed("codegen", lambda: tvm.compile(
+            optimized, target=device_target,
+            relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
+            tir_pipeline=TIR_PIPELINE,
+        ))
+    memory = device_memory(planned.modules[-1])
+    figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
+    source = device_source(executable)
+    kernels = kernel_signatures(source)
+    figures["kernels"] = len(kernels)
+    figures["kernels_with_images"] = sum("image2d" in params for params in kernels.values())
+    return executable, source, capture.module()
 
 
 def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,
