@@ -24,60 +24,26 @@ device (numpy and pyopencl only).
 from __future__ import annotations
 
 import datetime
-import hashlib
 import itertools
 import json
 import time
 from pathlib import Path
 
 import tvm
-import tvm_ffi
 from tvm import relax
 
-from ..cleanup import FoldTextureCopies
 from ..errors import TexscopeError
-from ..frontend.naming import ConvertKeepingNames
 from ..ir.graph import CALL_TIR, static_dims, static_shape
 from ..ir.rebuild import with_vdevice
 from ..knowledge.targets import VDeviceTable, host_target, is_texture_scope, texture_target
 from ..opencl import tuning as tuning_format
 from ..opencl.executor import plan_of
-from ..pipeline import annotate_module
 from ..diagnostics.report import Report
-from .build import BuildResult, _under, after_fusion_passes, compile_opencl, fuse_passes
-from .scope_variants import plain
+from .build import BuildResult, after_fusion_passes, compile_opencl
+from .fusion import run_under
+from .measured import fused_kernels, kernel_key, model_fingerprint, plan_profiles, target_label
 
-EVERYWHERE = 1000.0  # a gain that makes every eligible tensor a texture (or, negated, none)
 MOST_VARIANTS = 16  # per kernel; more storage combinations than this are not built
-
-
-def model_fingerprint(mod: tvm.IRModule) -> str:
-    """A short digest of the model as given (before texscope touches it)."""
-    return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
-
-
-def kernel_key(func: tvm.tirx.PrimFunc) -> str:
-    """The name of a kernel whatever its operands' storages: a digest of
-    the PrimFunc with every parameter a global buffer."""
-    return f"{tvm_ffi.structural_hash(plain(func)) & (2**64 - 1):016x}"
-
-
-def plan_profiles(texture):
-    """The profiles whose plans the set covers: the target's, every
-    eligible tensor in a texture, none."""
-    base = texture.profile
-    return {"profile": base,
-            "all-texture": base.with_gains(EVERYWHERE, EVERYWHERE, "texscope tune: textures"),
-            "all-buffer": base.with_gains(-EVERYWHERE, -EVERYWHERE, "texscope tune: buffers")}
-
-
-def fused(mod: tvm.IRModule, device_target, texture, profile) -> tvm.IRModule:
-    """``mod`` planned with ``profile`` and fused, as :func:`texscope.build` does."""
-    with device_target:
-        packed = ConvertKeepingNames(device_target)(mod)
-        annotated, _ = annotate_module(packed, texture_target(device_target, profile))
-        return _under(device_target, [tvm.tirx.transform.BindTarget(device_target),
-                                      *fuse_passes()], "texscope.tune.fuse")(annotated)
 
 
 def tensor_operands(call: relax.Call, ty) -> list:
@@ -194,7 +160,7 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     collector = _Collector()
     fused_any = None
     for label, profile in plan_profiles(texture).items():
-        fused_any = fused(mod, device_target, texture, profile)
+        fused_any, _ = fused_kernels(mod, device_target, profile)
         collector.add(fused_any)
         log(f"  planned and fused ({label}): {len(collector.kernels)} kernels so far")
     if not collector.kernels:
@@ -203,10 +169,10 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     tuning, variants, copies = tuning_module(collector, vdevices, fused_any.global_infos)
     figures: dict = {}
     with device_target:
-        optimized = _under(device_target, [tvm.tirx.transform.BindTarget(device_target),
+        optimized = run_under(device_target, [tvm.tirx.transform.BindTarget(device_target),
                                            *after_fusion_passes()], "texscope.tune")(tuning)
     executable, source, lowered = compile_opencl(optimized, device_target, figures)
-    label = target if isinstance(target, str) else str(texture.target)
+    label = target_label(target)
     result = BuildResult(executable, source, Report.from_plans(label, {}, figures),
                          optimized, lowered)
     plan = plan_of(result)

@@ -1,0 +1,147 @@
+"""A model's kernels as fusion makes them, and the tuning file that prices them.
+
+The plan is decided on the Relax function before fusion; the device runs
+fused kernels.  :func:`fused_kernels` plans and fuses the model as
+:func:`texscope.build` does and tells, per fused kernel, its key (a digest
+of its PrimFunc with every parameter a global buffer: the same whatever its
+operands' storages), the pre-fusion variables at its operand positions and
+the calls it contains (read from FuseOps' grouped functions, whose
+bindings keep the pre-fusion names).  :func:`measured_costs` checks that a
+tuning file belongs to the model and target and hands the planner both.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..errors import TexscopeError
+from ..frontend.naming import ConvertKeepingNames
+from ..ir.graph import CALL_TIR
+from ..knowledge.targets import texture_target
+from ..opencl import tuning as tuning_file
+from ..pipeline import annotate_module
+from ..planner.tuned import KernelUse, MeasuredCosts
+from .fusion import fuse_passes, run_under
+from .scope_variants import plain
+
+EVERYWHERE = 1000.0  # a gain that makes every eligible tensor a texture (or, negated, none)
+
+
+def model_fingerprint(mod: tvm.IRModule) -> str:
+    """A short digest of the model as given (before texscope touches it)."""
+    return f"{tvm_ffi.structural_hash(mod) & (2**64 - 1):016x}"
+
+
+def kernel_key(func: tvm.tirx.PrimFunc) -> str:
+    """A kernel's name whatever its operands' storages: a digest of the
+    PrimFunc with every parameter a global buffer."""
+    return f"{tvm_ffi.structural_hash(plain(func)) & (2**64 - 1):016x}"
+
+
+def target_label(target) -> str:
+    """A target as tuning files name it (its full description, host left out)."""
+    return str(texture_target(target).target)
+
+
+def plan_profiles(texture):
+    """The profiles whose plans ``texscope tune`` covers: the target's,
+    every eligible tensor in a texture, none."""
+    base = texture.profile
+    return {"profile": base,
+            "all-texture": base.with_gains(EVERYWHERE, EVERYWHERE, "texscope tune: textures"),
+            "all-buffer": base.with_gains(-EVERYWHERE, -EVERYWHERE, "texscope tune: buffers")}
+
+
+def _bindings(func: relax.Function):
+    return [b for block in func.body.blocks for b in block.bindings]
+
+
+def _var_name(expr) -> str | None:
+    return expr.name if isinstance(expr, relax.Var) else None
+
+
+def fused_kernels(mod: tvm.IRModule, device_target, profile):
+    """``mod`` planned with ``profile`` and fused as the build does; returns
+    the fused module and, per function, its kernels (:class:`KernelUse`)."""
+    with device_target:
+        packed = ConvertKeepingNames(device_target)(mod)
+        annotated, _ = annotate_module(packed, texture_target(device_target, profile))
+        passes = [tvm.tirx.transform.BindTarget(device_target), *fuse_passes()]
+        split = next(i for i, p in enumerate(passes) if p.info.name == "FuseTIR")
+        grouped = run_under(device_target, passes[:split], "texscope.tune.group")(annotated)
+        fused = run_under(device_target, passes[split:], "texscope.tune.fuse")(grouped)
+    uses = {}
+    for gvar, func in fused.functions.items():
+        if not isinstance(func, relax.Function) or \
+                gvar.name_hint not in {g.name_hint for g in grouped.get_global_vars()}:
+            continue
+        # Relax names need not be unique (FuseOps names a group's variable
+        # after its first call's): bindings are matched by their variables.
+        before = {b.var.__chandle__(): b.value for b in _bindings(grouped[gvar.name_hint])}
+        found, renamed = [], {}
+        for binding in _bindings(func):
+            call = binding.value
+            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
+                    and call.op.name == CALL_TIR):
+                continue
+            inputs = tuple(renamed.get(arg.__chandle__(), arg.name)
+                           for arg in call.args[1].fields if isinstance(arg, relax.Var))
+            members = outputs = (binding.var.name,)
+            grouping = before.get(binding.var.__chandle__())
+            if isinstance(grouping, relax.Call) and isinstance(grouping.op, relax.GlobalVar) \
+                    and isinstance(grouped[grouping.op], relax.Function):
+                members, outputs = _group(grouped[grouping.op], grouping)
+                renamed[binding.var.__chandle__()] = outputs[0]
+            elif isinstance(binding.var.ty, relax.TupleType):
+                outputs = tuple(f"{outputs[0]}[{i}]" for i in range(len(binding.var.ty.fields)))
+            found.append(KernelUse(kernel_key(fused[call.args[0]]), call.args[0].name_hint,
+                                   inputs, outputs, members))
+        uses[gvar.name_hint] = tuple(found)
+    return fused, uses
+
+
+def _group(inner: relax.Function, call: relax.Call):
+    """The calls a FuseOps group holds, and its outputs, named as before
+    fusion.  Its bindings keep their names but the last, which FuseOps
+    renames: that one is named by what it reads and how (``"=op(a, b)"``:
+    the planner finds the call of those operands)."""
+    names = {param.__chandle__(): _var_name(arg) for param, arg in zip(inner.params, call.args)}
+    bindings = _bindings(inner)
+
+    def described(value) -> str:
+        args = value.args[1].fields if value.op.name == CALL_TIR else value.args
+        reads = ", ".join(names.get(a.__chandle__(), _var_name(a) or "?") for a in args
+                          if isinstance(a, relax.Var))
+        return f"=({reads})"
+
+    members = tuple(b.var.name for b in bindings[:-1])
+    last = bindings[-1]
+    if isinstance(last.value, relax.Call):
+        return members + (described(last.value),), (described(last.value),)
+    return members, (last.var.name,)
+
+
+def measured_costs(mod: tvm.IRModule, device_target, texture, tuning) -> MeasuredCosts:
+    """The tuning file ``tuning`` (a path or parsed document) for ``mod``
+    built for ``texture``'s target, with the build's kernels; refused when
+    measured for another model, target or device."""
+    document = tuning_file.check_tuning(tuning, "the tuning given") if isinstance(tuning, dict) \
+        else tuning_file.load(tuning)
+    origin = "the tuning given" if isinstance(tuning, dict) else str(tuning)
+    fingerprint = model_fingerprint(mod)
+    if document["model_fingerprint"] != fingerprint:
+        raise TexscopeError(f"{origin} was measured for another model ({document['model']}, "
+                            f"fingerprint {document['model_fingerprint']}; this one is "
+                            f"{fingerprint}): tune this model with `texscope tune`")
+    if target_label(document["target"]) != target_label(texture.target):
+        raise TexscopeError(f"{origin} was measured for target {document['target']!r}, not "
+                            f"this build's ({target_label(texture.target)})")
+    device = texture.profile.device.get("name")
+    measured_on = document["device"]["name"]
+    if not texture.profile.origin.startswith("built-in") and device and device != measured_on:
+        raise TexscopeError(f"{origin} was measured on {measured_on!r}, the cost profile "
+                            f"on {device!r}: tune and calibrate on the same device")
+    _, uses = fused_kernels(mod, device_target, plan_profiles(texture)["all-buffer"])
+    return MeasuredCosts(document, uses, origin)
