@@ -64,7 +64,8 @@ def _var_name(expr) -> str | None:
 
 def fused_kernels(mod: tvm.IRModule, device_target, profile):
     """``mod`` planned with ``profile`` and fused as the build does; returns
-    the fused module and, per function, its kernels (:class:`KernelUse`)."""
+    the fused module and, per function, its kernels (:class:`KernelUse`) and
+    the names (``#k``) its group outputs got (see :func:`_group`)."""
     with device_target:
         packed = ConvertKeepingNames(device_target)(mod)
         annotated, _ = annotate_module(packed, texture_target(device_target, profile))
@@ -72,7 +73,7 @@ def fused_kernels(mod: tvm.IRModule, device_target, profile):
         split = next(i for i, p in enumerate(passes) if p.info.name == "FuseTIR")
         grouped = run_under(device_target, passes[:split], "texscope.tune.group")(annotated)
         fused = run_under(device_target, passes[split:], "texscope.tune.fuse")(grouped)
-    uses = {}
+    uses, aliases = {}, {}
     for gvar, func in fused.functions.items():
         if not isinstance(func, relax.Function) or \
                 gvar.name_hint not in {g.name_hint for g in grouped.get_global_vars()}:
@@ -81,6 +82,7 @@ def fused_kernels(mod: tvm.IRModule, device_target, profile):
         # after its first call's): bindings are matched by their variables.
         before = {b.var.__chandle__(): b.value for b in _bindings(grouped[gvar.name_hint])}
         found, renamed = [], {}
+        aliases[gvar.name_hint] = {}
         for binding in _bindings(func):
             call = binding.value
             if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
@@ -92,44 +94,61 @@ def fused_kernels(mod: tvm.IRModule, device_target, profile):
             grouping = before.get(binding.var.__chandle__())
             if isinstance(grouping, relax.Call) and isinstance(grouping.op, relax.GlobalVar) \
                     and isinstance(grouped[grouping.op], relax.Function):
-                members, outputs = _group(grouped[grouping.op], grouping)
-                renamed[binding.var.__chandle__()] = outputs[0]
+                members, outputs = _group(grouped[grouping.op], grouping, renamed)
+                # A short name for what the next kernels read (a description
+                # naming descriptions would grow with the model's depth).
+                token = f"#{len(aliases[gvar.name_hint])}"
+                aliases[gvar.name_hint][token] = outputs[0]
+                renamed[binding.var.__chandle__()] = token
             elif isinstance(binding.var.ty, relax.TupleType):
                 outputs = tuple(f"{outputs[0]}[{i}]" for i in range(len(binding.var.ty.fields)))
             found.append(KernelUse(kernel_key(fused[call.args[0]]), call.args[0].name_hint,
                                    inputs, outputs, members))
         uses[gvar.name_hint] = tuple(found)
-    return fused, uses
+    return fused, uses, aliases
 
 
-def _group(inner: relax.Function, call: relax.Call):
-    """The calls a FuseOps group holds, and its outputs, named as before
-    fusion.  Its bindings keep their names but the last, which FuseOps
-    renames: that one is named by what it reads and how (``"=op(a, b)"``:
-    the planner finds the call of those operands)."""
-    names = {param.__chandle__(): _var_name(arg) for param, arg in zip(inner.params, call.args)}
+def _group(inner: relax.Function, call: relax.Call, renamed: dict):
+    """The calls a FuseOps group holds and its outputs, named for the
+    planner's pre-fusion graph.  Inside a group FuseOps keeps names of the
+    first group of the same form, so a group's output is named by how it is
+    computed from the group's operands (``texscope.planner.tuned.describe``'s
+    form: ``"=(a, =(b))"``, the call reading ``a`` and the output of the call
+    reading ``b``)."""
+    names = {param.__chandle__(): renamed.get(arg.__chandle__(), _var_name(arg))
+             for param, arg in zip(inner.params, call.args) if isinstance(arg, relax.Var)}
     bindings = _bindings(inner)
+    values = {b.var.__chandle__(): b.value for b in bindings}
 
-    def described(value) -> str:
-        args = value.args[1].fields if value.op.name == CALL_TIR else value.args
-        reads = ", ".join(names.get(a.__chandle__(), _var_name(a) or "?") for a in args
-                          if isinstance(a, relax.Var))
-        return f"=({reads})"
+    def describe(expr) -> str:
+        if expr.__chandle__() in names:
+            return names[expr.__chandle__()]
+        value = values.get(expr.__chandle__())
+        if isinstance(value, relax.TupleGetItem):
+            return f"{describe(value.tuple_value)}[{value.index}]"
+        if isinstance(value, relax.Call):
+            args = value.args[1].fields if isinstance(value.op, tvm.ir.Op) and \
+                value.op.name == CALL_TIR else value.args
+            return "=(" + ", ".join(describe(a) for a in args if isinstance(a, relax.Var)) + ")"
+        if isinstance(value, relax.Var):
+            return describe(value)
+        return "?"
 
-    members = tuple(b.var.name for b in bindings[:-1])
-    last = bindings[-1]
-    if isinstance(last.value, relax.Call):
-        return members + (described(last.value),), (described(last.value),)
-    return members, (last.var.name,)
+    result = inner.body.body
+    fields = result.fields if isinstance(result, relax.Tuple) else [result]
+    outputs = tuple(describe(field) for field in fields)
+    return tuple(describe(b.var) for b in bindings), outputs
 
 
 def measured_costs(mod: tvm.IRModule, device_target, texture, tuning) -> MeasuredCosts:
     """The tuning file ``tuning`` (a path or parsed document) for ``mod``
     built for ``texture``'s target, with the build's kernels; refused when
     measured for another model, target or device."""
-    document = tuning_file.check_tuning(tuning, "the tuning given") if isinstance(tuning, dict) \
-        else tuning_file.load(tuning)
-    origin = "the tuning given" if isinstance(tuning, dict) else str(tuning)
+    if isinstance(tuning, dict):
+        origin = tuning.get("origin", "the tuning given")
+        document = tuning_file.check_tuning(tuning, origin)
+    else:
+        origin, document = str(tuning), tuning_file.load(tuning)
     fingerprint = model_fingerprint(mod)
     if document["model_fingerprint"] != fingerprint:
         raise TexscopeError(f"{origin} was measured for another model ({document['model']}, "
@@ -143,5 +162,5 @@ def measured_costs(mod: tvm.IRModule, device_target, texture, tuning) -> Measure
     if not texture.profile.origin.startswith("built-in") and device and device != measured_on:
         raise TexscopeError(f"{origin} was measured on {measured_on!r}, the cost profile "
                             f"on {device!r}: tune and calibrate on the same device")
-    _, uses = fused_kernels(mod, device_target, plan_profiles(texture)["all-buffer"])
-    return MeasuredCosts(document, uses, origin)
+    _, uses, aliases = fused_kernels(mod, device_target, plan_profiles(texture)["all-buffer"])
+    return MeasuredCosts(document, uses, aliases, origin)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
+import math
 import time
 from pathlib import Path
 
@@ -43,7 +44,7 @@ from .build import BuildResult, after_fusion_passes, compile_opencl
 from .fusion import run_under
 from .measured import fused_kernels, kernel_key, model_fingerprint, plan_profiles, target_label
 
-MOST_VARIANTS = 16  # per kernel; more storage combinations than this are not built
+MOST_VARIANTS = 16  # per kernel: beyond it, the plans' combinations and their neighbours
 
 
 def tensor_operands(call: relax.Call, ty) -> list:
@@ -88,6 +89,7 @@ class _Collector:
                 "constants": {i: arg for i, arg in enumerate(call.args[1].fields)
                               if not isinstance(arg, relax.Var)},
                 "scopes": [set() for _ in operands]})
+            entry.setdefault("seen", set()).add(tuple(_scope(ty) for _, ty in operands))
             for seen, (_, ty) in zip(entry["scopes"], operands):
                 seen.add(_scope(ty))
                 if is_texture_scope(_scope(ty)):
@@ -95,9 +97,18 @@ class _Collector:
                     self.copies[(shape, str(ty.dtype), _scope(ty))] = ty
 
     def variants(self, key: str) -> list[tuple[str, ...]]:
+        """Every combination of the storages seen per position; where that
+        is more than :data:`MOST_VARIANTS`, the combinations the plans made
+        and each of them with one position changed."""
         entry = self.kernels[key]
-        combos = list(itertools.product(*(sorted(s) for s in entry["scopes"])))
-        return combos[:MOST_VARIANTS]
+        choices = [sorted(s) for s in entry["scopes"]]
+        if math.prod(map(len, choices)) <= MOST_VARIANTS:
+            return list(itertools.product(*choices))
+        combos = set(entry["seen"])
+        for seen in entry["seen"]:
+            for position, scopes in enumerate(choices):
+                combos.update(seen[:position] + (scope,) + seen[position + 1:] for scope in scopes)
+        return sorted(combos)
 
 
 def tuning_module(collector: _Collector, vdevices: VDeviceTable, global_infos):
@@ -160,7 +171,7 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     collector = _Collector()
     fused_any = None
     for label, profile in plan_profiles(texture).items():
-        fused_any, _ = fused_kernels(mod, device_target, profile)
+        fused_any, _, _ = fused_kernels(mod, device_target, profile)
         collector.add(fused_any)
         log(f"  planned and fused ({label}): {len(collector.kernels)} kernels so far")
     if not collector.kernels:

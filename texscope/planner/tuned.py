@@ -60,6 +60,8 @@ class MeasuredCosts:
 
     document: Mapping = attrs.field(eq=False, repr=False)
     uses: Mapping[str, tuple[KernelUse, ...]] = attrs.field(eq=False)
+    # Per function, what each ``#k`` name of a fused group's output stands for.
+    aliases: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict, eq=False)
     origin: str = "tuning"
 
     def variants(self, key: str) -> list[tuple[tuple[bool, ...], float]]:
@@ -104,32 +106,71 @@ def _label(textures: tuple[bool, ...], positions: int, inputs: int) -> tuple[str
 
 
 class _Names:
-    """Tensors of a graph by the names :class:`KernelUse` gives: a variable's,
-    or ``"=(a, b)"`` for the output of the call reading ``a`` and ``b``
-    (FuseOps renames a group's last variable)."""
+    """Tensors of a graph by the names :class:`KernelUse` gives: a
+    variable's; ``"=(a, b)"`` for the output of the call reading ``a`` and
+    ``b`` (each a name of this form again); ``"N[i]"`` for field ``i`` of
+    the tuple named ``N`` (FuseOps renames the variables it groups)."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, aliases=None):
         self.graph = graph
+        self.aliases = aliases or {}
         self.by_name: dict[str, int] = {}
         for tensor in graph.tensors:
             self.by_name.setdefault(tensor.name, tensor.index)
-        self.by_reads: dict[str, list[int]] = {}
+        self.by_reads: dict[tuple, list] = {}
         for site in graph.calls:
-            reads = ", ".join(graph.tensors[t].name for t in site.operands if t is not None)
-            for output in site.outputs[:1]:
-                self.by_reads.setdefault(f"=({reads})", []).append(output)
-        self.resolved: dict[str, int] = {}
+            reads = tuple(t for t in site.operands if t is not None)
+            self.by_reads.setdefault(reads, []).append(site)
+        self.claimed: dict[str, int] = {}
 
     def __getitem__(self, name: str) -> int | None:
-        if name in self.resolved:
-            return self.resolved[name]
-        if not name.startswith("=("):
-            return self.by_name.get(name)
-        taken = set(self.resolved.values())
-        found = next((t for t in self.by_reads.get(name, ()) if t not in taken), None)
-        if found is not None:
-            self.resolved[name] = found
+        if name in self.claimed:
+            return self.claimed[name]
+        found = self._resolve(name)
+        if found is not None and name.startswith("="):
+            self.claimed[name] = found
         return found
+
+    def _site(self, name: str):
+        parts = _split(name[2:-1])
+        reads = tuple(self[p] for p in parts)
+        if any(r is None for r in reads):
+            return None
+        taken = set(self.claimed.values())
+        return next((site for site in self.by_reads.get(reads, ())
+                     if site.outputs and site.outputs[0] not in taken), None)
+
+    def _resolve(self, name: str) -> int | None:
+        if name in self.aliases:
+            return self[self.aliases[name]]
+        if name in self.by_name:
+            return self.by_name[name]
+        if name.endswith("]") and "[" in name:
+            base, index = name[:name.rindex("[")], int(name[name.rindex("[") + 1:-1])
+            if base.startswith("=(") and base.endswith(")"):
+                site = self._site(base)
+                return site.outputs[index] if site is not None and index < len(site.outputs) \
+                    else None
+            return self.by_name.get(name)
+        if name.startswith("=(") and name.endswith(")"):
+            site = self._site(name)
+            return site.outputs[0] if site is not None else None
+        return None
+
+
+def _split(text: str) -> list[str]:
+    """``"a, =(b, c), d"`` -> ``["a", "=(b, c)", "d"]``."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += (char == "(") - (char == ")")
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    if current.strip():
+        parts.append(current.strip())
+    return parts
 
 
 def _members(graph, use: KernelUse, names: "_Names"):
@@ -208,7 +249,7 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     covered: set[int] = set()
     choices = []
     uncovered = []
-    names = _Names(graph)
+    names = _Names(graph, measured.aliases.get(graph.function))
     for use in measured.uses.get(graph.function, ()):
         variants = measured.variants(use.key)
         sites, operands = _members(graph, use, names)
