@@ -18,7 +18,7 @@ from tvm import relax
 
 from ..errors import TexscopeError
 from ..frontend.naming import ConvertKeepingNames
-from ..ir.graph import CALL_TIR
+from ..ir.graph import CALL_TIR, static_shape
 from ..knowledge.targets import texture_target
 from ..opencl import tuning as tuning_file
 from ..pipeline import annotate_module
@@ -108,13 +108,20 @@ def fused_kernels(mod: tvm.IRModule, device_target, profile):
     return fused, uses, aliases
 
 
+def _shape_of(call: relax.Call) -> str:
+    """``"1x8x16x16x4"``: a call's (first) output shape, "" where not static."""
+    ty = call.ty.fields[0] if isinstance(call.ty, relax.TupleType) and call.ty.fields else call.ty
+    shape = static_shape(ty) if isinstance(ty, relax.TensorType) else None
+    return "x".join(map(str, shape)) if shape is not None else ""
+
+
 def _group(inner: relax.Function, call: relax.Call, renamed: dict):
     """The calls a FuseOps group holds and its outputs, named for the
     planner's pre-fusion graph.  Inside a group FuseOps keeps names of the
     first group of the same form, so a group's output is named by how it is
-    computed from the group's operands (``texscope.planner.tuned.describe``'s
-    form: ``"=(a, =(b))"``, the call reading ``a`` and the output of the call
-    reading ``b``)."""
+    computed from the group's operands (:class:`texscope.planner.tuned.Names`'
+    form: ``"=1x4(a, =1x8(b))"``, the call of output shape 1x4 reading ``a``
+    and the output of the call reading ``b``)."""
     names = {param.__chandle__(): renamed.get(arg.__chandle__(), _var_name(arg))
              for param, arg in zip(inner.params, call.args) if isinstance(arg, relax.Var)}
     bindings = _bindings(inner)
@@ -129,7 +136,9 @@ def _group(inner: relax.Function, call: relax.Call, renamed: dict):
         if isinstance(value, relax.Call):
             args = value.args[1].fields if isinstance(value.op, tvm.ir.Op) and \
                 value.op.name == CALL_TIR else value.args
-            return "=(" + ", ".join(describe(a) for a in args if isinstance(a, relax.Var)) + ")"
+            return f"={_shape_of(value)}(" + ", ".join(
+                describe(a) if isinstance(a, relax.Var) else "?"
+                for a in args if isinstance(a.ty, relax.TensorType)) + ")"
         if isinstance(value, relax.Var):
             return describe(value)
         return "?"

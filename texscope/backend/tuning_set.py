@@ -30,6 +30,7 @@ import math
 import time
 from pathlib import Path
 
+import attrs
 import tvm
 from tvm import relax
 
@@ -111,6 +112,20 @@ class _Collector:
         return sorted(combos)
 
 
+def _declared_once(source: str) -> str:
+    """``source`` with each kernel prototype once: every lowered module of
+    the build declares every kernel, so a set of hundreds of kernels would
+    repeat hundreds of declarations hundreds of times."""
+    seen, lines = set(), []
+    for line in source.splitlines():
+        if line.startswith("__kernel ") and line.endswith(");"):
+            if line in seen:
+                continue
+            seen.add(line)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def tuning_module(collector: _Collector, vdevices: VDeviceTable, global_infos):
     """One Relax function calling every variant and copy once; returns the
     module and the manifest's variant and copy entries (binding names)."""
@@ -187,6 +202,7 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     result = BuildResult(executable, source, Report.from_plans(label, {}, figures),
                          optimized, lowered)
     plan = plan_of(result)
+    plan = attrs.evolve(plan, source=_declared_once(plan.source))
     (root / tuning_format.PROGRAM).mkdir(parents=True)
     plan.write(root / tuning_format.PROGRAM)
     kernels = {key: {"name": entry["name"], "positions": entry["positions"],

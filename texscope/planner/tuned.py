@@ -105,10 +105,11 @@ def _label(textures: tuple[bool, ...], positions: int, inputs: int) -> tuple[str
                  for i, t in zip(range(positions), textures))
 
 
-class _Names:
+class Names:
     """Tensors of a graph by the names :class:`KernelUse` gives: a
-    variable's; ``"=(a, b)"`` for the output of the call reading ``a`` and
-    ``b`` (each a name of this form again); ``"N[i]"`` for field ``i`` of
+    variable's; ``"=1x8(a, b)"`` for the output, of shape 1x8, of the call
+    reading ``a`` and ``b`` (each a name of this form again, ``?`` for a
+    constant); ``"N[i]"`` for field ``i`` of
     the tuple named ``N`` (FuseOps renames the variables it groups)."""
 
     def __init__(self, graph, aliases=None):
@@ -119,8 +120,7 @@ class _Names:
             self.by_name.setdefault(tensor.name, tensor.index)
         self.by_reads: dict[tuple, list] = {}
         for site in graph.calls:
-            reads = tuple(t for t in site.operands if t is not None)
-            self.by_reads.setdefault(reads, []).append(site)
+            self.by_reads.setdefault(self._reads(site.operands), []).append(site)
         self.claimed: dict[str, int] = {}
 
     def __getitem__(self, name: str) -> int | None:
@@ -131,14 +131,21 @@ class _Names:
             self.claimed[name] = found
         return found
 
+    def _reads(self, operands) -> tuple:
+        # Constants are read as "?": a fused group names none of them.
+        return tuple("?" if self.graph.tensors[t].origin == "constant" else t
+                     for t in operands if t is not None)
+
     def _site(self, name: str):
-        parts = _split(name[2:-1])
-        reads = tuple(self[p] for p in parts)
+        start = name.index("(")
+        shape = name[1:start]
+        reads = tuple("?" if p == "?" else self[p] for p in _split(name[start + 1:-1]))
         if any(r is None for r in reads):
             return None
         taken = set(self.claimed.values())
         return next((site for site in self.by_reads.get(reads, ())
-                     if site.outputs and site.outputs[0] not in taken), None)
+                     if site.outputs and site.outputs[0] not in taken
+                     and _shape(self.graph.tensors[site.outputs[0]]) == shape), None)
 
     def _resolve(self, name: str) -> int | None:
         if name in self.aliases:
@@ -147,15 +154,19 @@ class _Names:
             return self.by_name[name]
         if name.endswith("]") and "[" in name:
             base, index = name[:name.rindex("[")], int(name[name.rindex("[") + 1:-1])
-            if base.startswith("=(") and base.endswith(")"):
+            if base.startswith("=") and base.endswith(")"):
                 site = self._site(base)
                 return site.outputs[index] if site is not None and index < len(site.outputs) \
                     else None
             return self.by_name.get(name)
-        if name.startswith("=(") and name.endswith(")"):
+        if name.startswith("=") and name.endswith(")"):
             site = self._site(name)
             return site.outputs[0] if site is not None else None
         return None
+
+
+def _shape(tensor) -> str:
+    return "x".join(map(str, tensor.shape)) if tensor.shape is not None else ""
 
 
 def _split(text: str) -> list[str]:
@@ -173,7 +184,7 @@ def _split(text: str) -> list[str]:
     return parts
 
 
-def _members(graph, use: KernelUse, names: "_Names"):
+def _members(graph, use: KernelUse, names: "Names"):
     """The call sites a kernel fuses, found back from its outputs to its
     inputs, and its operand tensors (None where a name is not found)."""
     tensors = [names[n] for n in (*use.inputs, *use.outputs)]
@@ -249,7 +260,7 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     covered: set[int] = set()
     choices = []
     uncovered = []
-    names = _Names(graph, measured.aliases.get(graph.function))
+    names = Names(graph, measured.aliases.get(graph.function))
     for use in measured.uses.get(graph.function, ()):
         variants = measured.variants(use.key)
         sites, operands = _members(graph, use, names)
