@@ -88,8 +88,11 @@ def fused_kernels(mod: tvm.IRModule, device_target, profile):
             if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
                     and call.op.name == CALL_TIR):
                 continue
+            # "?": a constant (a folded weight), found by the planner in the
+            # group's calls, in the order they read them.
             inputs = tuple(renamed.get(arg.__chandle__(), arg.name)
-                           for arg in call.args[1].fields if isinstance(arg, relax.Var))
+                           if isinstance(arg, relax.Var) else "?"
+                           for arg in call.args[1].fields if isinstance(arg.ty, relax.TensorType))
             members = outputs = (binding.var.name,)
             grouping = before.get(binding.var.__chandle__())
             if isinstance(grouping, relax.Call) and isinstance(grouping.op, relax.GlobalVar) \

@@ -7,7 +7,7 @@ kernels.  A kernel is known by its PrimFunc with every parameter a global
 buffer (:func:`texscope.backend.scope_variants.plain`), hashed: the same
 computation wherever it is called, whatever its operands' storages.  Its
 variants are every combination of the storages seen for each tensor
-operand (the data in, the weights where they are tensors, the output) in
+operand (the data in, the weights, the output) in
 those plans; each variant is one call of the kernel in one Relax module,
 its operands on the variant's VDevices, built through the build's own
 passes after fusion (specialization, scheduling, lowering): the kernel as
@@ -49,11 +49,12 @@ MOST_VARIANTS = 16  # per kernel: beyond it, the plans' combinations and their n
 
 
 def tensor_operands(call: relax.Call, ty) -> list:
-    """A fused kernel call's tensor operands (variables: what a plan places),
-    then its outputs' types: [(position, type)]; constants are left as
-    they are."""
-    operands = [(f"in{i}", arg.ty) for i, arg in enumerate(call.args[1].fields)
-                if isinstance(arg, relax.Var) and isinstance(arg.ty, relax.TensorType)]
+    """A fused kernel call's tensor operands, in order (``in<i>`` a
+    variable, ``w<i>`` a constant: folded weights), then its outputs
+    (``out<i>``): [(position, type)]."""
+    operands = [(f"{'in' if isinstance(arg, relax.Var) else 'w'}{i}", arg.ty)
+                for i, arg in enumerate(call.args[1].fields)
+                if isinstance(arg.ty, relax.TensorType)]
     outputs = ty.fields if isinstance(ty, relax.TupleType) else [ty]
     return operands + [(f"out{i}", out) for i, out in enumerate(outputs)]
 
@@ -86,9 +87,6 @@ class _Collector:
                 "func": func, "name": call.args[0].name_hint,
                 "types": [ty for _, ty in operands],
                 "positions": [p for p, _ in operands],
-                # Constants (folded weights) stay where they are: the first call's.
-                "constants": {i: arg for i, arg in enumerate(call.args[1].fields)
-                              if not isinstance(arg, relax.Var)},
                 "scopes": [set() for _ in operands]})
             entry.setdefault("seen", set()).add(tuple(_scope(ty) for _, ty in operands))
             for seen, (_, ty) in zip(entry["scopes"], operands):
@@ -137,12 +135,10 @@ def tuning_module(collector: _Collector, vdevices: VDeviceTable, global_infos):
         return var
 
     for key, entry in sorted(collector.kernels.items()):
-        n_in = sum(p.startswith("in") for p in entry["positions"])
+        n_in = sum(not p.startswith("out") for p in entry["positions"])
         for combo in collector.variants(key):
-            tensors = iter(param(ty, scope)
-                           for ty, scope in zip(entry["types"][:n_in], combo[:n_in]))
-            args = [entry["constants"][i] if i in entry["constants"] else next(tensors)
-                    for i in range(n_in + len(entry["constants"]))]
+            # Weights too are parameters here: their values do not change the time.
+            args = [param(ty, scope) for ty, scope in zip(entry["types"][:n_in], combo[:n_in])]
             outs = [with_vdevice(ty, vdevices[scope])
                     for ty, scope in zip(entry["types"][n_in:], combo[n_in:])]
             name = f"v{len(variants)}"

@@ -100,9 +100,9 @@ class TunedPlan:
     predicted_s: float
 
 
-def _label(textures: tuple[bool, ...], positions: int, inputs: int) -> tuple[str, ...]:
-    return tuple(("in" if i < inputs else "out") + ("=texture" if t else "=buffer")
-                 for i, t in zip(range(positions), textures))
+def _label(textures: tuple[bool, ...], positions) -> tuple[str, ...]:
+    """``("in0=texture", "w1=buffer", "out0=texture")``."""
+    return tuple(f"{p}={'texture' if t else 'buffer'}" for p, t in zip(positions, textures))
 
 
 class Names:
@@ -187,8 +187,8 @@ def _split(text: str) -> list[str]:
 def _members(graph, use: KernelUse, names: "Names"):
     """The call sites a kernel fuses, found back from its outputs to its
     inputs, and its operand tensors (None where a name is not found)."""
-    tensors = [names[n] for n in (*use.inputs, *use.outputs)]
-    if any(t is None for t in tensors):
+    tensors = [None if n == "?" else names[n] for n in (*use.inputs, *use.outputs)]
+    if any(t is None for t, n in zip(tensors, (*use.inputs, *use.outputs)) if n != "?"):
         return None, None
     stop = set(tensors[:len(use.inputs)])
     sites, todo = {}, list(tensors[len(use.inputs):])
@@ -201,6 +201,14 @@ def _members(graph, use: KernelUse, names: "Names"):
             continue
         sites[site.index] = site
         todo += [t for t in site.operands if t is not None]
+    # Constants ("?"), in the order the group's calls read them (FuseOps
+    # makes them its function's parameters in that order).
+    constants = iter(t for index in sorted(sites) for t in sites[index].operands
+                     if t is not None and graph.tensors[t].origin == "constant")
+    tensors = [next(constants, None) if n == "?" else t
+               for t, n in zip(tensors, (*use.inputs, *use.outputs))]
+    if any(t is None for t in tensors):
+        return None, None
     return sites, tensors
 
 
@@ -285,6 +293,13 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
             for p, d in enumerate(consumers.demands[index]):
                 if d.call in sites:
                     constrain({r[group_of[(index, p)]]: 1, s[index]: -1}, 0, 0)
+        linked = set(position_vars)
+        for index in inside:
+            linked.add(s[index])
+        for (tensor, p), group in group_of.items():
+            demand = consumers.demands[tensor][p]
+            if demand.call in sites and r[group] not in linked and tensor not in inside:
+                fixed[r[group]] = 0  # read as the tuned variants read it: a buffer
         ys = [var(seconds) for _, seconds in variants]
         constrain({y: 1 for y in ys}, 1, 1)
         for p, v in enumerate(position_vars):
@@ -327,13 +342,12 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
               for p in range(len(consumers.demands[t.index]))] for t in graph.tensors]
     kernels = []
     for use, operands, ys, variants in choices:
-        inputs = len(use.inputs)
-        positions = inputs + len(use.outputs)
+        positions = measured.document["kernels"][use.key]["positions"]
         picked = next(i for i, y in enumerate(ys) if x[y])
         kernels.append(KernelChoice(
-            use.name, graph.tensors[operands[inputs]].name, _label(variants[picked][0], positions, inputs),
-            variants[picked][1],
-            tuple((_label(t, positions, inputs), sec) for i, (t, sec) in enumerate(variants)
+            use.name, graph.tensors[operands[len(use.inputs)]].name,
+            _label(variants[picked][0], positions), variants[picked][1],
+            tuple((_label(t, positions), sec) for i, (t, sec) in enumerate(variants)
                   if i != picked)))
     return TunedPlan(tuple(storages), tuple(reads), tuple(kernels), tuple(uncovered),
                      float(np.dot(cost, x)))
