@@ -32,7 +32,7 @@ from .ir.graph import FunctionGraph, Tensor
 from .planner import tuned
 from .planner.mincut import INFINITE, BinaryEnergy
 from .knowledge.registry import ANY, BUFFER, Storage
-from .knowledge.targets import BUFFER_SCOPE
+from .knowledge.targets import BUFFER_SCOPE, is_texture_scope
 
 POLICIES = ("optimal", "local")
 _PREFERENCE = (Storage.TEXTURE, Storage.BUFFER)
@@ -242,6 +242,26 @@ def _tuned(consumers: ConsumerInfo):
     result = tuned.plan(consumers, graph.texture.tuning, graph.texture.profile, group_of,
                         lambda tensor: writable(graph, tensor)[0], pairs)
     return result
+
+
+def measured_seconds(plan: ProducerInfo) -> float | None:
+    """``plan`` (made by any policy) priced by the tuning file its graph's
+    target carries: the time it predicts for the plan's kernels and copies;
+    None where the plan runs a variant the tuning never measured."""
+    graph = plan.graph
+    group_of, pairs = _demand_groups(plan.consumers)
+    storages = [c.storage for c in plan.choices]
+
+    def read(tensor, demand):
+        if demand.call is None:  # the return reads what is written
+            return storages[tensor.index]
+        scope = plan.reads[demand.call][demand.operand] or ""
+        return Storage.TEXTURE if is_texture_scope(scope) else Storage.BUFFER
+
+    reads = [[read(t, d) for d in plan.consumers.demands[t.index]] for t in graph.tensors]
+    priced = tuned.plan(plan.consumers, graph.texture.tuning, graph.texture.profile, group_of,
+                        lambda tensor: writable(graph, tensor)[0], pairs, (storages, reads))
+    return None if priced is None else priced.predicted_s
 
 
 def _choice(tensor: Tensor, storage: Storage, demands, read, note: str, policy: str) -> ScopeChoice:

@@ -213,13 +213,16 @@ def _members(graph, use: KernelUse, names: "Names"):
 
 
 def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
-         sync_pairs) -> TunedPlan:
+         sync_pairs, given=None) -> TunedPlan | None:
     """The storages of least measured time (see the module docstring).
 
     ``group_of`` maps (tensor, demand position) to its demand group (an
     int), ``allowed_of(t)`` is a tensor's writable storages, ``sync_pairs``
     (kinds, a, b) are variables forced equal (kinds ``"rs"``: group ``a``
     reads what tensor ``b`` is written as; ``"ss"``: two tensors written alike).
+    ``given`` (storages, reads per tensor), a plan made otherwise, fixes
+    every storage: the result then prices that plan by the same measured
+    costs (None where it uses a variant the tuning never measured).
     """
     graph = consumers.graph
     per_byte = profile.copy_seconds_per_byte.value
@@ -321,6 +324,12 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
         if site.index not in covered and site.name not in uncovered:
             uncovered.append(site.name)
 
+    if given is not None:
+        storages_given, reads_given = given
+        for tensor, storage in enumerate(storages_given):
+            fixed[s[tensor]] = int(storage is Storage.TEXTURE)
+        for (tensor, position), group in group_of.items():
+            fixed[r[group]] = int(reads_given[tensor][position] is Storage.TEXTURE)
     n = len(cost)
     matrix = np.zeros((len(rows), n))
     for i, coeffs in enumerate(rows):
@@ -333,6 +342,8 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
                   bounds=Bounds(low, high),
                   constraints=[LinearConstraint(matrix, lo, hi)] if rows else [],
                   options={"mip_rel_gap": 0.0})
+    if result.x is None and given is not None:
+        return None
     if result.x is None:
         raise TexscopeError(f"the tuned plan has no solution ({result.message}): the tuning "
                             "measured no variant the registry's rules allow", graph.function)
