@@ -155,9 +155,11 @@ class Names:
         if name.endswith("]") and "[" in name:
             base, index = name[:name.rindex("[")], int(name[name.rindex("[") + 1:-1])
             if base.startswith("=") and base.endswith(")"):
-                site = self._site(base)
-                return site.outputs[index] if site is not None and index < len(site.outputs) \
-                    else None
+                first = self[base]
+                if first is None or first not in self.graph.producers:
+                    return None
+                site, _ = self.graph.producer(first)
+                return site.outputs[index] if index < len(site.outputs) else None
             return self.by_name.get(name)
         if name.startswith("=") and name.endswith(")"):
             site = self._site(name)
