@@ -59,7 +59,7 @@ from calibrated import pearson, spearman  # noqa: E402
 from opencl_run import scaled_inputs  # noqa: E402
 
 TOLERANCE = 1e-3
-EVERYWHERE = 1000.0
+
 SET, TUNING = "set", "tuning.json"
 AGAIN = "all buffer (again)"
 
@@ -82,12 +82,14 @@ def _safe(name: str) -> str:
 def builds_of(base: dict, profiles: dict) -> list:
     """(label, target, profile) of every build but the tuned one."""
     import texscope  # pylint: disable=import-outside-toplevel
+    from texscope.backend.measured import plan_profiles
 
-    default = texscope.texture_target(base).profile
+    texture = texscope.texture_target(base)
+    default = texture.profile
     no_textures = dict(base, texture_spatial_limit=1, texture_depth_limit=1)
     return [*((label, base, p) for label, p in profiles.items()),
             ("default", base, default),
-            ("all texture", base, default.with_gains(EVERYWHERE, EVERYWHERE, "all textures")),
+            ("all texture", base, plan_profiles(texture)["all-texture"]),
             ("all buffer", no_textures, default)]
 
 
