@@ -121,14 +121,18 @@ class Names:
         self.by_reads: dict[tuple, list] = {}
         for site in graph.calls:
             self.by_reads.setdefault(self._reads(site.operands), []).append(site)
-        self.claimed: dict[str, int] = {}
+        self.taken: set[int] = set()  # outputs a name "=..." resolved to
+        self.known: dict[str, int | None] = {}
 
     def __getitem__(self, name: str) -> int | None:
-        if name in self.claimed:
-            return self.claimed[name]
+        # Every answer is kept, a failure too: names nest, and a model's
+        # depth of them would otherwise be resolved again and again.
+        if name in self.known:
+            return self.known[name]
         found = self._resolve(name)
+        self.known[name] = found
         if found is not None and name.startswith("="):
-            self.claimed[name] = found
+            self.taken.add(found)
         return found
 
     def _reads(self, operands) -> tuple:
@@ -142,9 +146,8 @@ class Names:
         reads = tuple("?" if p == "?" else self[p] for p in _split(name[start + 1:-1]))
         if any(r is None for r in reads):
             return None
-        taken = set(self.claimed.values())
         return next((site for site in self.by_reads.get(reads, ())
-                     if site.outputs and site.outputs[0] not in taken
+                     if site.outputs and site.outputs[0] not in self.taken
                      and _shape(self.graph.tensors[site.outputs[0]]) == shape), None)
 
     def _resolve(self, name: str) -> int | None:
