@@ -120,13 +120,20 @@ def _shape_of(call: relax.Call) -> str:
     return "x".join(map(str, shape)) if shape is not None else ""
 
 
+def _callee(call: relax.Call) -> str:
+    """What a call runs: its PrimFunc's name, or its operator's last name."""
+    if isinstance(call.op, tvm.ir.Op) and call.op.name == CALL_TIR:
+        return call.args[0].name_hint
+    return call.op.name.rsplit(".", 1)[-1] if isinstance(call.op, tvm.ir.Op) else "?"
+
+
 def _group(inner: relax.Function, call: relax.Call, renamed: dict):
     """The calls a FuseOps group holds and its outputs, named for the
     planner's pre-fusion graph.  Inside a group FuseOps keeps names of the
     first group of the same form, so a group's output is named by how it is
     computed from the group's operands (:class:`texscope.planner.tuned.Names`'
-    form: ``"=1x4(a, =1x8(b))"``, the call of output shape 1x4 reading ``a``
-    and the output of the call reading ``b``)."""
+    form: ``"=1x4:add(a, =1x8:conv2d(b))"``, the call of ``add`` of output
+    shape 1x4 reading ``a`` and the output of the call reading ``b``)."""
     names = {param.__chandle__(): renamed.get(arg.__chandle__(), _var_name(arg))
              for param, arg in zip(inner.params, call.args) if isinstance(arg, relax.Var)}
     bindings = _bindings(inner)
@@ -141,7 +148,7 @@ def _group(inner: relax.Function, call: relax.Call, renamed: dict):
         if isinstance(value, relax.Call):
             args = value.args[1].fields if isinstance(value.op, tvm.ir.Op) and \
                 value.op.name == CALL_TIR else value.args
-            return f"={_shape_of(value)}(" + ", ".join(
+            return f"={_shape_of(value)}:{_callee(value)}(" + ", ".join(
                 describe(a) if isinstance(a, relax.Var) else "?"
                 for a in args if isinstance(a.ty, relax.TensorType)) + ")"
         if isinstance(value, relax.Var):

@@ -107,9 +107,9 @@ def _label(textures: tuple[bool, ...], positions) -> tuple[str, ...]:
 
 class Names:
     """Tensors of a graph by the names :class:`KernelUse` gives: a
-    variable's; ``"=1x8(a, b)"`` for the output, of shape 1x8, of the call
-    reading ``a`` and ``b`` (each a name of this form again, ``?`` for a
-    constant); ``"N[i]"`` for field ``i`` of
+    variable's; ``"=1x8:add3(a, b)"`` for the output, of shape 1x8, of the
+    call of ``add3`` reading ``a`` and ``b`` (each a name of this form again,
+    ``?`` for a constant); ``"N[i]"`` for field ``i`` of
     the tuple named ``N`` (FuseOps renames the variables it groups)."""
 
     def __init__(self, graph, aliases=None):
@@ -142,13 +142,17 @@ class Names:
 
     def _site(self, name: str):
         start = name.index("(")
-        shape = name[1:start]
+        shape, _, callee = name[1:start].partition(":")
         reads = tuple("?" if p == "?" else self[p] for p in _split(name[start + 1:-1]))
         if any(r is None for r in reads):
             return None
-        return next((site for site in self.by_reads.get(reads, ())
-                     if site.outputs and site.outputs[0] not in self.taken
-                     and _shape(self.graph.tensors[site.outputs[0]]) == shape), None)
+        candidates = [site for site in self.by_reads.get(reads, ())
+                      if site.outputs and site.outputs[0] not in self.taken
+                      and _shape(self.graph.tensors[site.outputs[0]]) == shape]
+        # Calls reading the same tensors alike (a maximum and a minimum of
+        # one tensor): the one whose registry entry the fused kernel names.
+        named = [site for site in candidates if site.support.name.split("_")[0] in callee]
+        return (named or candidates or [None])[0]
 
     def _resolve(self, name: str) -> int | None:
         if name in self.aliases:
