@@ -35,7 +35,9 @@ two there:
     python bench/tuned.py --replay DIR [--device N] [--markdown FILE]   # device: the table
 
 ``RESULTS`` is the folder the device's ``DIR`` came back as (its
-``<model>/tuning.json``).  Models: the zoo networks (``zoo/<name>``), the
+``<model>/tuning.json``).  On a device without TVM, ``--tune`` and
+``--replay`` need only numpy, pyopencl and this package (its ``texscope/``
+folder on ``PYTHONPATH``); pyopencl's pytools needs ``siphash24``.  Models: the zoo networks (``zoo/<name>``), the
 MediaPipe models of texscope's corpus, ``.tflite`` paths; all by default.
 """
 
