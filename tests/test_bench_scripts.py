@@ -131,3 +131,20 @@ def test_vs_litert_runs_litert_and_both_builds_on_the_same_inputs(mediapipe, tmp
     assert row["litert_cpu"]["seconds"] > 0 and len(row["textures"]["rounds"]) == 1
     for build in ("textures", "buffers"):
         assert row[build]["error"] < 1e-4
+@pytest.mark.real_models  # heavy (four processes, PoCL timing): run with -m real_models
+def test_the_tuned_bench_runs_its_four_steps_on_pocl(tmp_path):
+    pytest.importorskip("pyopencl")
+    bench = [sys.executable, str(ROOT / "bench" / "tuned.py")]
+    out = tmp_path / "out"
+    steps = [["--export", str(out), "zoo/inception"], ["--tune", str(out), "--repeats", "1"],
+             ["--export-tuned", str(out), "--tuning-from", str(out), "zoo/inception"],
+             ["--replay", str(out), "--markdown", str(tmp_path / "table.md")]]
+    for step in steps:
+        done = subprocess.run(bench + step, capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    table = (tmp_path / "table.md").read_text()
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| zoo/inception")]
+    assert [r[1] for r in rows[:5]] == ["tuned", "default", "all texture", "all buffer",
+                                        "all buffer (again)"]
+    assert all(r[-1].startswith("yes") for r in rows[:5])
+    assert "Spearman rho" in table

@@ -1,4 +1,4 @@
-"""The ``texscope`` command: build, demo, explain, run, calibrate, ops."""
+"""The ``texscope`` command: build, demo, explain, run, calibrate, tune, ops."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ COST_PROFILE_HELP = ("cost profile the planner weighs (a file `texscope calibrat
                      "--cost-profile because --profile times the build")
 INPUT_SHAPE_HELP = ("the shape of an input the model gives a rank but no shape "
                     "(R.Tensor(dtype='float32', ndim=4)): --input-shape x=1,16,28,28")
+TUNING_HELP = ("a tuning file `python -m texscope.opencl.tune` measured on the device for this "
+               "model and target: the plan of least measured kernel and copy time")
 LIFT_WEIGHTS_HELP = ("pack the weights once, at load: what the model computes from its weights "
                      "alone goes into <function>_transform_params, and the function takes the "
                      "packed weights (its parameters after num_input, the attribute that must "
@@ -76,7 +78,7 @@ def _print_written(out_dir: Path) -> None:
 def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
            profile: str | None = None, time_passes: bool = False,
            jobs: int | None = None, lift_weights: bool = False, label: str | None = None,
-           name: str = "") -> Path:
+           name: str = "", tuning=None) -> Path:
     print(f"building for {label or target}")
     # Read before anything is written: a profiled build runs on one thread
     # and would not look at a wrong $TEXSCOPE_JOBS itself.
@@ -86,9 +88,15 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
         profile = cost_profile.load(profile)
         print(f"cost profile {profile.describe()}")
     result = build(model, target, host=host, log=_print_stage, profile=profile,
-                   time_passes=time_passes, jobs=jobs, lift_weights=lift_weights)
+                   time_passes=time_passes, jobs=jobs, lift_weights=lift_weights, tuning=tuning)
     out_dir = result.export(out, name)
     _print_summary(result)
+    if tuning is not None:
+        report = result.report
+        print(f"tuning {report.build['tuning']}: {len(report.kernels)} kernels priced by "
+              f"their measured time; {len(report.untuned)} calls by the cost profile"
+              + (f" ({', '.join(report.untuned[:5])}{', ...' * (len(report.untuned) > 5)})"
+                 if report.untuned else ""))
     if time_passes:
         from .diagnostics.pass_timing import render
 
@@ -118,6 +126,7 @@ def cmd_build(args) -> None:
     if args.jobs is not None and args.jobs < 1:
         raise TexscopeError(f"--jobs {args.jobs}: expected a whole number of threads, 1 or more")
     out = check_output_dir(args.output, args.force)
+    tuning = _tuning_file(args.tuning)
     model = _model(args)
     target, label = args.target, None
     if args.fit_device is not None:
@@ -130,9 +139,35 @@ def cmd_build(args) -> None:
     try:
         _print_written(_build(model, target, out, args.host, args.cost_profile,
                               args.profile, args.jobs, args.lift_weights, label,
-                              _model_name(args)))
+                              _model_name(args), tuning))
     except TexscopeError as err:
         raise TexscopeError(f"{args.model}: {err}") from None
+
+
+def _tuning_file(path):
+    """A tuning file read and checked before anything is built (None: none)."""
+    if path is None:
+        return None
+    from .opencl import tuning
+
+    return tuning.load(path) | {"origin": str(path)}
+
+
+def cmd_tune(args) -> None:
+    from .backend import tuning_set
+
+    texture_target(args.target)
+    out = Path(args.output)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise TexscopeError(f"{out} exists and is not an empty folder; not writing into it")
+    model = load_model(args.model, args.module)
+    try:
+        path = tuning_set.export(model, args.target, out, Path(args.model).stem)
+    except TexscopeError as err:
+        raise TexscopeError(f"{args.model}: {err}") from None
+    print(f"tuning set written to {path.parent}: time it on the device with "
+          f"`python -m texscope.opencl.tune {path.parent} -o tuning.json` (numpy and pyopencl "
+          f"only), then `texscope build {args.model} --tuning tuning.json`")
 
 
 def cmd_calibrate(args) -> int:
@@ -180,6 +215,8 @@ def cmd_explain(args) -> None:
     else:
         report = _planned_report(args)
     print(explain(report, args.tensor))
+    if report.kernels or report.untuned:
+        print("\n".join(report.kernel_lines()).strip("\n"))
     if args.svg:
         print(f"graph: {graph_svg(report, args.svg, focus=args.tensor)}")
 
@@ -206,8 +243,15 @@ def _planned_report(args):
     from .rewrites.lift_weights import LiftWeightTransforms
 
     texture = _texture_target(args.target, args.cost_profile)
+    tuning = _tuning_file(args.tuning)
     model = _model(args)
     try:
+        if tuning is not None:
+            from .backend.measured import measured_costs
+            from .knowledge.targets import host_target
+
+            device = tvm.target.Target(texture.target, host=host_target(None, texture.target))
+            texture = attrs.evolve(texture, tuning=measured_costs(model, device, texture, tuning))
         packed = ConvertKeepingNames(texture.target)(model)
         if args.lift_weights:
             packed = LiftWeightTransforms(packed)
@@ -390,6 +434,7 @@ def main(argv=None) -> int:
     p.add_argument("--fit-device", nargs="?", const=0, type=int, metavar="N",
                    help="keep textures within the images OpenCL device N (default 0; "
                         "python -m texscope.opencl.replay --list-devices lists them) takes")
+    p.add_argument("--tuning", help=TUNING_HELP)
     p.set_defaults(run=cmd_build)
     p = commands.add_parser("demo", help="build the bundled ResNet-style block for Adreno OpenCL")
     p.add_argument("-o", "--output", help="output directory: new, empty, or one texscope wrote "
@@ -409,6 +454,7 @@ def main(argv=None) -> int:
     p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help=INPUT_SHAPE_HELP)
+    p.add_argument("--tuning", help=TUNING_HELP)
     p.set_defaults(run=cmd_explain)
     p = commands.add_parser("run", help="build, run once on the default OpenCL device, "
                                         "compare with the CPU and time each kernel")
@@ -446,6 +492,14 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="adreno-opencl",
                    help="the target the kernel set is built for (--export-kernels)")
     p.set_defaults(run=cmd_calibrate)
+    p = commands.add_parser("tune", help="write the model's tuning set: each kernel in every "
+                                         "storage the planner could choose, for "
+                                         "python -m texscope.opencl.tune on the device")
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
+    p.add_argument("--module", help="which IRModule of the file (default: the only one)")
+    p.add_argument("-o", "--output", required=True, help="the tuning set's folder (new or empty)")
+    p.set_defaults(run=cmd_tune)
     p = commands.add_parser("ops", help="print the operator registry")
     p.set_defaults(run=cmd_ops)
     args = parser.parse_args(argv)

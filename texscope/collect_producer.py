@@ -29,9 +29,10 @@ from .planner import cost
 from .collect_consumer import ConsumerInfo, Demand
 from .errors import TexscopeError
 from .ir.graph import FunctionGraph, Tensor
+from .planner import tuned
 from .planner.mincut import INFINITE, BinaryEnergy
 from .knowledge.registry import ANY, BUFFER, Storage
-from .knowledge.targets import BUFFER_SCOPE
+from .knowledge.targets import BUFFER_SCOPE, is_texture_scope
 
 POLICIES = ("optimal", "local")
 _PREFERENCE = (Storage.TEXTURE, Storage.BUFFER)
@@ -89,6 +90,7 @@ class ProducerInfo:
     choices: tuple[ScopeChoice, ...]
     reads: tuple[tuple[str | None, ...], ...]
     policy: str = "optimal"
+    tuned: object = attrs.field(default=None, eq=False)  # a TunedPlan, with a tuning file
 
     @property
     def graph(self) -> FunctionGraph:
@@ -211,6 +213,57 @@ def _optimal(consumers: ConsumerInfo):
     return storages, reads
 
 
+def _demand_groups(consumers: ConsumerInfo):
+    """(tensor, demand position) -> its demand group (a call's operand, or
+    all its inputs under an ``"inputs"`` sync rule), and the pairs the sync
+    rules tie, for :func:`texscope.planner.tuned.plan`."""
+    graph = consumers.graph
+    groups: dict[tuple, int] = {}
+    group_of: dict[tuple[int, int], int] = {}
+    for tensor in graph.tensors:
+        for position, demand in enumerate(consumers.demands[tensor.index]):
+            sync = graph.calls[demand.call].support.sync_rules() if demand.call is not None else ()
+            key = (demand.call, "inputs") if "inputs" in sync else (demand.call, demand.operand)
+            group_of[(tensor.index, position)] = groups.setdefault(key, len(groups))
+    pairs = []
+    for site in graph.calls:
+        sync = site.support.sync_rules()
+        if "primary" in sync and site.outputs and site.operands and site.operands[0] is not None:
+            key = (site.index, "inputs") if "inputs" in sync else (site.index, 0)
+            pairs.append(("rs", groups[key], site.outputs[0]))
+        if "outputs" in sync:
+            pairs += [("ss", site.outputs[0], other) for other in site.outputs[1:]]
+    return group_of, pairs
+
+
+def _tuned(consumers: ConsumerInfo):
+    graph = consumers.graph
+    group_of, pairs = _demand_groups(consumers)
+    result = tuned.plan(consumers, graph.texture.tuning, graph.texture.profile, group_of,
+                        lambda tensor: writable(graph, tensor)[0], pairs)
+    return result
+
+
+def measured_seconds(plan: ProducerInfo) -> float | None:
+    """``plan`` (made by any policy) priced by the tuning file its graph's
+    target carries: the time it predicts for the plan's kernels and copies;
+    None where the plan runs a variant the tuning never measured."""
+    graph = plan.graph
+    group_of, pairs = _demand_groups(plan.consumers)
+    storages = [c.storage for c in plan.choices]
+
+    def read(tensor, demand):
+        if demand.call is None:  # the return reads what is written
+            return storages[tensor.index]
+        scope = plan.reads[demand.call][demand.operand] or ""
+        return Storage.TEXTURE if is_texture_scope(scope) else Storage.BUFFER
+
+    reads = [[read(t, d) for d in plan.consumers.demands[t.index]] for t in graph.tensors]
+    priced = tuned.plan(plan.consumers, graph.texture.tuning, graph.texture.profile, group_of,
+                        lambda tensor: writable(graph, tensor)[0], pairs, (storages, reads))
+    return None if priced is None else priced.predicted_s
+
+
 def _choice(tensor: Tensor, storage: Storage, demands, read, note: str, policy: str) -> ScopeChoice:
     copied = [d.consumer for d, r in zip(demands, read) if r is not storage]
     targets = sorted({r.value for r in read if r is not storage})
@@ -259,6 +312,10 @@ def collect_producer(consumers: ConsumerInfo, policy: str = "optimal") -> Produc
             raise TexscopeError(
                 f"the local policy cannot honour the sync rules of {synced.support.name}; "
                 "use policy='optimal'", graph.function, synced.name)
+    if policy == "optimal" and graph.texture is not None and graph.texture.tuning is not None:
+        measured = _tuned(consumers)
+        return attrs.evolve(plan_of(consumers, measured.storages, measured.reads, "tuned"),
+                            tuned=measured)
     storages, reads_per_tensor = (_optimal if policy == "optimal" else _local)(consumers)
     return plan_of(consumers, storages, reads_per_tensor, policy)
 

@@ -29,10 +29,11 @@ from tvm.tirx import compilation_pipeline
 from ..cleanup import FoldTextureCopies
 from ..errors import TexscopeError
 from ..planner.cost import copies_in, texture_reads
-from ..rewrites.legalize import LegalizeOnce, packed_legalizations
 from ..rewrites.lift_weights import LiftWeightTransforms, require_declared_weights
 from .heap import collector_paused, keep_freed_memory
+from .fusion import fuse_passes, run_under as _under
 from .kernel_names import ShortenKernelNames
+from .measured import measured_costs
 from .lowering import adreno_tir_pipeline
 from . import opencl_intrinsics  # noqa: F401  (registers TVM's missing OpenCL math names)
 from .parallel import build_jobs, jobs_limit, per_chunk
@@ -83,26 +84,17 @@ THREADED_PASSES = ("texscope.ScheduleKernels", "texscope.LowerKernels",
                    "texscope.FinalizeHost", "texscope.FinalizeDevice")
 
 
-def fuse_passes() -> list:
-    """After annotation: the remaining legalization, then fusion (as upstream)."""
-    return [
-        # The default legalization leaves packed convs to texscope's (any groups).
-        LegalizeOnce(),
-        LegalizeOnce(packed_legalizations()),
-        relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-        relax.transform.DeadCodeElimination(),
-    ]
-
-
 def optimize_passes(target: tvm.target.Target) -> list:
     """After annotation: legalize, fuse, fold copies, specialize texture
     parameters (one PrimFunc per storage signature first), shorten long
     kernel names, schedule."""
+    return [*fuse_passes(), *after_fusion_passes()]
+
+
+def after_fusion_passes() -> list:
+    """What :func:`optimize_passes` runs after fusion (``texscope tune``
+    builds its kernel variants through the same passes)."""
     return [
-        *fuse_passes(),
         FoldTextureCopies(),
         relax.transform.DeadCodeElimination(),
         SplitPrimFuncsBySignature,
@@ -153,15 +145,6 @@ def _with_instrument(instrument) -> tvm.transform.PassContext:
         opt_level=current.opt_level, required_pass=list(current.required_pass),
         disabled_pass=list(current.disabled_pass),
         instruments=[*current.instruments, instrument], config=dict(current.config))
-
-
-def _under(target: tvm.target.Target, passes: list, name: str) -> tvm.ir.transform.Pass:
-    @tvm.transform.module_pass(opt_level=0, name=name)
-    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        with target:
-            return tvm.transform.Sequential(passes)(mod)
-
-    return run
 
 
 def get_default_pipeline(target, profile=None, lift_weights: bool = False) -> tvm.ir.transform.Pass:
@@ -262,7 +245,7 @@ def device_source(executable, kind: str = "opencl") -> str:
 
 def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
           time_passes: bool = False, jobs: int | None = None,
-          lift_weights: bool = False) -> BuildResult:
+          lift_weights: bool = False, tuning=None) -> BuildResult:
     """Build ``mod`` for a texture-capable GPU target.
 
     Parameters
@@ -298,6 +281,10 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
         run once when the weights are loaded (:mod:`texscope.rewrites.lift_weights`);
         the function then takes its inputs and the packed weights.  The
         model's function must declare its weights (attribute ``num_input``).
+    tuning : str, Path or dict, optional
+        A tuning file (``python -m texscope.opencl.tune`` measured it on the
+        device for this model and target): the planner then minimises the
+        measured time of kernels and copies (:mod:`texscope.planner.tuned`).
 
     Returns
     -------
@@ -314,13 +301,14 @@ def build(mod: tvm.IRModule, target, host=None, log=None, profile=None,
     if time_passes:
         timing = PassProfile()
         with _with_instrument(timing):
-            result = build(mod, target, host, log, profile, jobs=1, lift_weights=lift_weights)
+            result = build(mod, target, host, log, profile, jobs=1, lift_weights=lift_weights,
+                           tuning=tuning)
         return attrs.evolve(result, pass_times=tuple(timing.passes()))
     with jobs_limit(jobs), collector_paused():
-        return _build(mod, target, host, log, profile, lift_weights)
+        return _build(mod, target, host, log, profile, lift_weights, tuning)
 
 
-def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
+def _build(mod, target, host, log, profile, lift_weights=False, tuning=None) -> BuildResult:
     texture = texture_target(target, profile)
     device_target = tvm.target.Target(texture.target, host=host_target(host, texture.target))
     log = log or (lambda stage, seconds: None)
@@ -334,12 +322,16 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
         log(stage, figures[f"{stage}_s"])
         return result
 
+    measured = None
+    if tuning is not None:
+        measured = timed("tuning", measured_costs, mod, device_target, texture, tuning)
+        figures["tuning"] = measured.origin
     with device_target:
         packed = timed("convert_layout", ConvertKeepingNames(device_target), mod)
         if lift_weights:
             packed = timed("lift_weights", LiftWeightTransforms, packed)
-        annotated, plans = timed("annotate", annotate_module, packed,
-                                 texture_target(device_target, texture.profile))
+        annotated, plans = timed("annotate", annotate_module, packed, attrs.evolve(
+            texture_target(device_target, texture.profile), tuning=measured))
         conv_reads = texture_reads(annotated)
         figures["convs"], figures["convs_reading_texture"] = conv_reads.calls, conv_reads.from_texture
         optimized = timed("optimize", _under(device_target, [
@@ -351,20 +343,7 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
     figures["copies_left"] = copies_in(optimized)
     executable, source, lowered = None, "", None
     if texture.kind == "opencl":
-        capture, planned = _CaptureKernelLaunches(), MemoryCapture()
-        with _with_instrument(capture), _with_instrument(planned):
-            executable = timed("codegen", lambda: tvm.compile(
-                optimized, target=device_target,
-                relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
-                tir_pipeline=TIR_PIPELINE,
-            ))
-        lowered = capture.module()
-        memory = device_memory(planned.modules[-1])
-        figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
-        source = device_source(executable)
-        kernels = kernel_signatures(source)
-        figures["kernels"] = len(kernels)
-        figures["kernels_with_images"] = sum("image2d" in params for params in kernels.values())
+        executable, source, lowered = compile_opencl(optimized, device_target, figures, timed)
     elif tvm.get_global_func(f"target.build.{texture.kind}", allow_missing=True) is None:
         figures["codegen"] = (f"skipped: this TVM build has no {texture.kind} code generator "
                               f"(target.build.{texture.kind}); the annotation is complete")
@@ -372,6 +351,27 @@ def _build(mod, target, host, log, profile, lift_weights=False) -> BuildResult:
     label = target if isinstance(target, str) else str(texture.target)
     report = Report.from_plans(label, plans, figures)
     return BuildResult(executable, source, report, optimized, lowered)
+
+
+def compile_opencl(optimized: tvm.IRModule, device_target: tvm.target.Target, figures: dict,
+                   timed=lambda stage, fn: fn()):
+    """Lower and compile a scheduled module for OpenCL; returns the
+    executable, its OpenCL source and the TIR captured after host/device
+    splitting, and adds the memory and kernel counts to ``figures``."""
+    capture, planned = _CaptureKernelLaunches(), MemoryCapture()
+    with _with_instrument(capture), _with_instrument(planned):
+        executable = timed("codegen", lambda: tvm.compile(
+            optimized, target=device_target,
+            relax_pipeline=_under(device_target, lower_passes(device_target), "texscope.lower"),
+            tir_pipeline=TIR_PIPELINE,
+        ))
+    memory = device_memory(planned.modules[-1])
+    figures.update({f"memory_{k}": v for k, v in attrs.asdict(memory).items()})
+    source = device_source(executable)
+    kernels = kernel_signatures(source)
+    figures["kernels"] = len(kernels)
+    figures["kernels_with_images"] = sum("image2d" in params for params in kernels.values())
+    return executable, source, capture.module()
 
 
 def run_on_opencl(mod: tvm.IRModule, target, inputs=None, rtol: float = 1e-3,

@@ -37,7 +37,7 @@ def _shapes(func: tvm.tirx.PrimFunc) -> tuple | None:
     return tuple(key)
 
 
-def _in_global_memory(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+def plain(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
     """``func`` with every parameter a global buffer and no naming attributes."""
     moved = {param: buffer_in_scope(param, "global") for param in func.params
              if scope_of(param) not in ("", "global")}
@@ -66,11 +66,11 @@ def scope_variants(funcs: list[tvm.tirx.PrimFunc], considered=lambda func: True
             continue
         firsts: list[tuple[int, tvm.tirx.PrimFunc]] = []
         for index in indices:
-            plain = _in_global_memory(funcs[index])
-            first = next((i for i, other in firsts if tvm_ffi.structural_equal(other, plain)),
+            unscoped = plain(funcs[index])
+            first = next((i for i, other in firsts if tvm_ffi.structural_equal(other, unscoped)),
                          None)
             if first is None:
-                firsts.append((index, plain))
+                firsts.append((index, unscoped))
             else:
                 variants[index] = first
     return variants

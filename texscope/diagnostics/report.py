@@ -48,6 +48,19 @@ class EdgeRow:
 
 
 @attrs.frozen
+class KernelRow:
+    """A kernel a tuning file priced: the measured time of the storages
+    chosen and of the alternatives (``"in=texture, out=buffer"``: seconds)."""
+
+    function: str
+    kernel: str
+    call: str
+    chosen: str
+    seconds: float
+    alternatives: dict
+
+
+@attrs.frozen
 class Report:
     """Per tensor: shape, dtype, scope and reason; the copies planned; totals.
 
@@ -60,6 +73,9 @@ class Report:
     copies: tuple[CopyRow, ...]
     build: dict = attrs.field(factory=dict)
     edges: tuple[EdgeRow, ...] = ()
+    kernels: tuple[KernelRow, ...] = ()
+    # Calls no tuned kernel covered (priced by the cost profile), per function.
+    untuned: tuple[str, ...] = ()
     model: str = ""  # what the user built (the file's name), for titles
 
     @property
@@ -70,9 +86,14 @@ class Report:
 
     @classmethod
     def from_plans(cls, target: str, plans: dict[str, ProducerInfo], build=None) -> "Report":
-        tensors, copies, edges = [], [], []
+        tensors, copies, edges, kernels, untuned = [], [], [], [], []
         for function, plan in sorted(plans.items()):
             graph = plan.graph
+            if plan.tuned is not None:
+                kernels += [KernelRow(function, k.kernel, k.call, ", ".join(k.chosen), k.seconds,
+                                      {", ".join(a): sec for a, sec in k.alternatives})
+                            for k in plan.tuned.kernels]
+                untuned += [f"{function}/{name}" for name in plan.tuned.uncovered]
             for site in graph.calls:
                 for operand, source in enumerate(site.operands):
                     if source is None:
@@ -91,7 +112,8 @@ class Report:
                 for destination in choice.copied_to:
                     copies.append(CopyRow(function, tensor.name, choice.scope, destination,
                                           tensor.nbytes, choice.copied_for))
-        return cls(target, tuple(tensors), tuple(copies), dict(build or {}), tuple(edges))
+        return cls(target, tuple(tensors), tuple(copies), dict(build or {}), tuple(edges),
+                   tuple(kernels), tuple(untuned))
 
     def counts(self) -> dict[str, int]:
         """Tensors per memory scope."""
@@ -115,7 +137,9 @@ class Report:
             {"summary": self.summary(), "scopes": self.counts(),
              "tensors": [attrs.asdict(t) for t in self.tensors],
              "copies": [attrs.asdict(c) for c in self.copies],
-             "edges": [attrs.asdict(e) for e in self.edges]},
+             "edges": [attrs.asdict(e) for e in self.edges],
+             **({"kernels": [attrs.asdict(k) for k in self.kernels],
+                 "untuned": list(self.untuned)} if self.kernels or self.untuned else {})},
             indent=2,
         )
 
@@ -133,7 +157,9 @@ class Report:
                         for t in data["tensors"])
         copies = tuple(CopyRow(**{**c, "readers": tuple(c["readers"])}) for c in data["copies"])
         edges = tuple(EdgeRow(**e) for e in data.get("edges", ()))
-        return cls(target, tensors, copies, summary, edges, model)
+        kernels = tuple(KernelRow(**k) for k in data.get("kernels", ()))
+        return cls(target, tensors, copies, summary, edges, kernels=kernels,
+                   untuned=tuple(data.get("untuned", ())), model=model)
 
     def to_markdown(self) -> str:
         lines = [f"# texscope report: {self.title}", ""]
@@ -155,4 +181,19 @@ class Report:
         for c in self.copies:
             lines.append(f"- {c.function}/{c.tensor}: `{c.source}` -> `{c.destination}`, "
                          f"{c.nbytes} bytes, for {', '.join(c.readers)}")
+        lines += self.kernel_lines()
         return "\n".join(lines) + "\n"
+
+    def kernel_lines(self) -> list[str]:
+        """The measured kernels' section (empty without a tuning file)."""
+        if not self.kernels and not self.untuned:
+            return []
+        lines = ["", "## Kernels, measured (tuning file)", "",
+                 "| function | kernel | call | chosen | time | alternatives |", "|---|---|---|---|---|---|"]
+        for k in self.kernels:
+            others = "; ".join(f"{a}: {sec * 1e6:.1f} us" for a, sec in k.alternatives.items())
+            lines.append(f"| {k.function} | {k.kernel} | {k.call} | {k.chosen} | "
+                         f"{k.seconds * 1e6:.1f} us | {others or '-'} |")
+        lines += ["", "Priced by the cost profile (not in the tuning file): "
+                  + (", ".join(self.untuned) if self.untuned else "none.")]
+        return lines

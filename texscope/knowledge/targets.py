@@ -107,6 +107,9 @@ class TextureTarget:
     kind: str
     preset: TexturePreset
     profile: cost_profile.CostProfile = attrs.field(eq=False, default=None)
+    # Measured kernel and copy times (texscope.planner.tuned.MeasuredCosts):
+    # with them the planner minimises measured time.
+    tuning: object = attrs.field(eq=False, default=None)
 
     @property
     def spatial_limit(self) -> int:

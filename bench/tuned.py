@@ -1,0 +1,334 @@
+"""Plans priced by the device's own measurements (``texscope tune``), run on that device.
+
+Per model, in one process on one OpenCL device, on the same inputs, these
+builds run:
+
+* ``tuned``: planned with the tuning file measured on this device
+  (``texscope build --tuning``);
+* the calibrated profile's (``--profile FILE``, labelled by the file's stem;
+  left out without one);
+* ``default``: the target preset's built-in profile;
+* ``all texture``: every eligible tensor in a texture;
+* ``all buffer``: no texture at all (texture limits of 1 texel);
+* ``all buffer (again)``: the all-buffer program once more, as a build of
+  its own: the difference between the two is the noise band.
+
+The table gives each build's kernel time (summed profiling events, median
+of ``--runs`` >= 9, the builds taking turns run by run), launches, images,
+copies, whether its outputs match the CPU, its time against the faster of
+all-texture and all-buffer, and its predicted time: the tuning file's
+measured kernel and copy times summed over what the build runs
+(:func:`texscope.collect_producer.measured_seconds`).  Then Pearson's r and
+Spearman's rho of predicted against measured time over every build of every
+model.
+
+The tuned plan needs the tuning measured on the device the builds run on,
+and building needs TVM, which the device lacks; so four steps, two here and
+two there:
+
+    python bench/tuned.py --export DIR [--profile cal.json] [model ...]  # here: tuning sets
+                                                                          #   and the other builds
+    python bench/tuned.py --tune DIR [--device N]          # device: time the tuning sets
+                                                            #   (DIR/<model>/tuning.json)
+    python bench/tuned.py --export-tuned DIR --tuning-from RESULTS   # here: the tuned builds,
+                                                            #   every build's predicted time
+    python bench/tuned.py --replay DIR [--device N] [--markdown FILE]   # device: the table
+
+``RESULTS`` is the folder the device's ``DIR`` came back as (its
+``<model>/tuning.json``).  On a device without TVM, ``--tune`` and
+``--replay`` need only numpy, pyopencl and this package (its ``texscope/``
+folder on ``PYTHONPATH``); pyopencl's pytools needs ``siphash24``.  Models: the zoo networks (``zoo/<name>``), the
+MediaPipe models of texscope's corpus, ``.tflite`` paths; all by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _cli import chosen_models, loaded  # noqa: E402
+from calibrated import pearson, spearman  # noqa: E402
+from opencl_run import scaled_inputs  # noqa: E402
+
+TOLERANCE = 1e-3
+
+SET, TUNING = "set", "tuning.json"
+AGAIN = "all buffer (again)"
+
+
+def zoo_loaders():
+    from opencl_run import network  # pylint: disable=import-outside-toplevel
+
+    return {name: (lambda n=name: network(n))
+            for name in ("resnet", "mobilenet_v2", "unet", "inception", "chain64")}
+
+
+def folder(label: str) -> str:
+    return label.replace(" ", "-").replace("(", "").replace(")", "")
+
+
+def _safe(name: str) -> str:
+    return name.replace("/", "_")
+
+
+def builds_of(base: dict, profiles: dict) -> list:
+    """(label, target, profile) of every build but the tuned one."""
+    import texscope  # pylint: disable=import-outside-toplevel
+    from texscope.backend.measured import plan_profiles
+
+    texture = texscope.texture_target(base)
+    default = texture.profile
+    no_textures = dict(base, texture_spatial_limit=1, texture_depth_limit=1)
+    return [*((label, base, p) for label, p in profiles.items()),
+            ("default", base, default),
+            ("all texture", base, plan_profiles(texture)["all-texture"]),
+            ("all buffer", no_textures, default)]
+
+
+def export(directory: Path, found: dict, base: dict, profiles: dict) -> None:
+    """Here (TVM): per model its tuning set, the non-tuned builds, inputs and CPU outputs."""
+    import texscope  # pylint: disable=import-outside-toplevel
+    from texscope.backend import tuning_set
+    from texscope.diagnostics import verify
+
+    width = max(map(len, found), default=10)
+    for name, mod in loaded(found, width):
+        root = directory / _safe(name)
+        root.mkdir(parents=True)
+        start = time.perf_counter()
+        tuning_set.export(mod, base, root / SET, name, log=lambda *_: None)
+        set_s = time.perf_counter() - start
+        for label, target, profile in builds_of(base, profiles):
+            plan_dir = root / folder(label)
+            plan_dir.mkdir()
+            texscope.opencl.plan_of(texscope.build(mod, target, profile=profile)).write(plan_dir)
+        inputs = scaled_inputs(mod)
+        np.savez(root / "inputs.npz", *inputs)
+        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        (root / "meta.json").write_text(json.dumps({
+            "model": name, "set_build_s": round(set_s, 2),
+            "builds": [b[0] for b in builds_of(base, profiles)],
+            "profiles": {label: str(p.origin) for label, p in profiles.items()}}, indent=1))
+        print(f"  {name}: tuning set built in {set_s:.1f} s, builds written", flush=True)
+
+
+def tune(directory: Path, device_index: int | None, repeats: int) -> None:
+    """On the device: time every model's tuning set (python -m texscope.opencl.tune)."""
+    for root in sorted(p for p in directory.iterdir() if (p / SET).is_dir()):
+        start = time.perf_counter()
+        command = [sys.executable, "-m", "texscope.opencl.tune", str(root / SET), "-o",
+                   str(root / TUNING), "--repeats", str(repeats)]
+        if device_index is not None:
+            command += ["--device", str(device_index)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        if done.returncode:
+            print(f"  {root.name}: tune failed: {done.stderr.strip().splitlines()[-1:]}")
+            continue
+        document = json.loads((root / TUNING).read_text())
+        document["tune_wall_s"] = round(seconds, 2)
+        (root / TUNING).write_text(json.dumps(document, indent=1) + "\n")
+        print(f"  {root.name}: timed in {seconds:.1f} s", flush=True)
+
+
+def export_tuned(directory: Path, results: Path, found: dict, base: dict, profiles: dict) -> None:
+    """Here (TVM): each model's tuned build from the device's tuning file,
+    and every build's predicted time by that file."""
+    import attrs  # pylint: disable=import-outside-toplevel
+    import texscope
+    from texscope.backend.measured import measured_costs, plan_profiles
+    from texscope.collect_producer import measured_seconds
+    from texscope.frontend.naming import ConvertKeepingNames
+    from texscope.knowledge.targets import host_target, texture_target
+    from texscope.pipeline import annotate_module
+    import tvm
+
+    width = max(map(len, found), default=10)
+    for name, mod in loaded(found, width):
+        root, measured_root = directory / _safe(name), results / _safe(name)
+        tuning_path = measured_root / TUNING
+        if not tuning_path.is_file():
+            print(f"  {name}: no {tuning_path}; skipped")
+            continue
+        if tuning_path.resolve() != (root / TUNING).resolve():
+            shutil.copy(tuning_path, root / TUNING)
+        plan_dir = root / "tuned"
+        plan_dir.mkdir(exist_ok=True)
+        result = texscope.build(mod, base, tuning=tuning_path)
+        texscope.opencl.plan_of(result).write(plan_dir)
+        texture = texture_target(base)
+        device = tvm.target.Target(texture.target, host=host_target(None, texture.target))
+        measured = measured_costs(mod, device, texture, tuning_path)
+        predicted = {}
+        labelled = [("tuned", texture.profile),
+                    *profiles.items(),
+                    ("default", texture.profile),
+                    ("all texture", plan_profiles(texture)["all-texture"]),
+                    ("all buffer", plan_profiles(texture)["all-buffer"])]
+        for label, profile in labelled:
+            priced = attrs.evolve(texture_target(device, profile), tuning=measured)
+            with device:
+                if label == "tuned":
+                    _, plans = annotate_module(ConvertKeepingNames(device)(mod), priced)
+                else:
+                    plain = texture_target(device, profile)
+                    _, plans = annotate_module(ConvertKeepingNames(device)(mod), plain)
+                    plans = {f: attrs.evolve(p, consumers=attrs.evolve(
+                        p.consumers, graph=attrs.evolve(p.consumers.graph, texture=priced)))
+                        for f, p in plans.items()}
+            seconds = [measured_seconds(p) for p in plans.values()]
+            predicted[label] = None if None in seconds else sum(seconds)
+        predicted[AGAIN] = predicted["all buffer"]
+        meta = json.loads((root / "meta.json").read_text())
+        meta["builds"] = ["tuned", *meta["builds"]]
+        meta["predicted_s"] = predicted
+        meta["untuned_calls"] = len(result.report.untuned)
+        (root / "meta.json").write_text(json.dumps(meta, indent=1))
+        print(f"  {name}: tuned build written ({len(result.report.kernels)} kernels measured, "
+              f"{len(result.report.untuned)} calls by the profile)", flush=True)
+
+
+def measure(directory: Path, device, runs: int) -> dict:
+    """On the device: every model's builds, taking turns run by run."""
+    from texscope.diagnostics.numerics import compare
+    from texscope.opencl import replay as rp
+    from texscope.opencl.plan import read_plan
+
+    found = {}
+    for root in sorted(p for p in directory.iterdir() if (p / "meta.json").is_file()):
+        meta = json.loads((root / "meta.json").read_text())
+        if "predicted_s" not in meta:
+            print(f"  {root.name}: no tuned build (run --export-tuned); skipped")
+            continue
+        labels = [*meta["builds"], AGAIN]
+        plans = {label: read_plan(root / folder("all buffer" if label == AGAIN else label))
+                 for label in labels}
+        first = plans["all buffer"]
+        inputs = rp.read_arrays(root / "inputs.npz", first.inputs, "inputs")
+        expected = rp.read_arrays(root / "expected.npz", first.outputs, "expected outputs")
+        results = {label: [rp.replay(plan, inputs, device)] for label, plan in plans.items()}
+        for _ in range(runs):
+            for label, plan in plans.items():
+                results[label].append(rp.replay(plan, inputs, device))
+        scale = max((float(np.abs(e).max(initial=0.0)) for e in expected), default=1.0)
+        tuning = json.loads((root / TUNING).read_text())
+        rows = {}
+        for label, done in results.items():
+            timed = done[1:]
+            seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
+            ok = compare(done[0].outputs, expected, TOLERANCE, TOLERANCE * max(1.0, scale)).ok
+            rows[label] = {"run": done[0], "seconds": seconds, "ok": ok,
+                           "predicted": meta["predicted_s"].get(label)}
+        found[meta["model"]] = {"rows": rows, "set_build_s": meta["set_build_s"],
+                                "tune_s": tuning.get("tune_wall_s"),
+                                "untuned": meta.get("untuned_calls", 0)}
+        print(f"  {meta['model']}: ran", flush=True)
+    return found
+
+
+def table(found: dict) -> list[str]:
+    header = ("model", "build", "ms", "vs best extreme", "launches", "images", "copies",
+              "predicted ms", "matches CPU")
+    rows, pairs = [], []
+    for name, entry in found.items():
+        builds = entry["rows"]
+        floor = min(builds["all texture"]["seconds"], builds["all buffer"]["seconds"])
+        for label, row in builds.items():
+            run = row["run"]
+            if row["predicted"] is not None and label != AGAIN:
+                pairs.append((row["predicted"], row["seconds"]))
+            rows.append((name, label, f"{row['seconds'] * 1e3:.3f}",
+                         f"{row['seconds'] / floor:.3f}", run.launches, run.images, run.copies,
+                         "-" if row["predicted"] is None else f"{row['predicted'] * 1e3:.3f}",
+                         "yes" if row["ok"] else "NO"))
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    lines += ["", "Noise band: `all buffer (again)` against `all buffer`, the same program "
+              "replayed as a build of its own.", ""]
+    lines += [f"Predicted (tuning file's kernel and copy times) against measured, over "
+              f"{len(pairs)} builds: Pearson r = {pearson(pairs):+.3f}, Spearman rho = "
+              f"{spearman(pairs):+.3f}.", ""]
+    lines += ["| model | tuning set built here (s) | timed on the device (s) | "
+              "calls priced by the profile |", "|---|---|---|---|"]
+    lines += [f"| {name} | {e['set_build_s']} | {e['tune_s']} | {e['untuned']} |"
+              for name, e in found.items()]
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="*", help="zoo/<network>, MediaPipe names, .tflite "
+                                                  "paths (default: all)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--export", metavar="DIR", help="here: tuning sets and the other builds")
+    mode.add_argument("--tune", metavar="DIR", help="device: time the tuning sets")
+    mode.add_argument("--export-tuned", metavar="DIR", help="here: the tuned builds "
+                                                            "(with --tuning-from)")
+    mode.add_argument("--replay", metavar="DIR", help="device: run every build, the table")
+    parser.add_argument("--tuning-from", metavar="RESULTS",
+                        help="the folder --tune wrote, back from the device")
+    parser.add_argument("--profile", action="append", default=[],
+                        help="a cost profile calibrated on the device (repeatable)")
+    parser.add_argument("--device", type=int, help="OpenCL device index")
+    parser.add_argument("--runs", type=int, default=9, help="timed runs per build (median)")
+    parser.add_argument("--repeats", type=int, default=9, help="--tune: runs per median")
+    parser.add_argument("--markdown", metavar="FILE", help="--replay: also write the table "
+                                                           "(with date, device, driver) here")
+    args = parser.parse_args(argv)
+    building = not (args.tune or args.replay)
+    found = chosen_models(parser, args.models, zoo_loaders()) if building else {}
+    if not any((args.export, args.tune, args.export_tuned, args.replay)):
+        parser.error("choose a step: --export, --tune, --export-tuned or --replay")
+    if args.export_tuned and not args.tuning_from:
+        parser.error("--export-tuned needs --tuning-from (the folder --tune wrote)")
+    if args.runs < 9:
+        parser.error("--runs: at least 9")
+    for given in (args.tune, args.replay, args.export_tuned):
+        if given and not Path(given).is_dir():
+            parser.error(f"{given}: no such folder (tuned.py --export writes one)")
+    if building:
+        import texscope  # pylint: disable=import-outside-toplevel
+        from texscope.knowledge import profile as cost_profile
+
+        base = json.loads(str(texscope.texture_target("adreno-opencl").target))
+        profiles = {Path(p).stem: cost_profile.load(p) for p in args.profile}
+        if args.export:
+            if Path(args.export).exists() and any(Path(args.export).iterdir()):
+                parser.error(f"{args.export} exists and is not empty")
+            export(Path(args.export), found, base, profiles)
+        else:
+            export_tuned(Path(args.export_tuned), Path(args.tuning_from), found, base, profiles)
+        return 0
+    from texscope.opencl.source import pick_device  # pylint: disable=import-outside-toplevel
+
+    if args.tune:
+        tune(Path(args.tune), args.device, args.repeats)
+        return 0
+    device = pick_device(args.device)
+    described = (f"{device.name.strip()} ({device.platform.name.strip()}, driver "
+                 f"{device.driver_version.strip()})")
+    print(f"device: {described}")
+    lines = table(measure(Path(args.replay), device, args.runs))
+    print("\n".join(lines))
+    if args.markdown:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=Path(__file__).parent).stdout.strip() or "?"
+        head = [f"## Tuned plans (bench/tuned.py), "
+                f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}", "",
+                f"Device: {described}; commit {commit}; median of {args.runs} runs.", ""]
+        Path(args.markdown).write_text("\n".join(head + lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

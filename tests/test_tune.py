@@ -1,0 +1,345 @@
+"""texscope tune: tuning sets, tuning files, and plans of least measured time."""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import attrs
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from texscope.backend import tuning_set
+from texscope.backend.build import build
+from texscope.backend.fusion import fuse_passes, run_under
+from texscope.backend.measured import kernel_key, measured_costs, plan_profiles
+from texscope.cleanup import Cleanup
+from texscope.collect_consumer import collect_consumer
+from texscope.collect_producer import plan_of
+from texscope.convert_layout import LegalizeKeepingAttrs
+from texscope.frontend.naming import ConvertKeepingNames
+from texscope.define_vdevice import define_vdevice
+from texscope.diagnostics.verify import check_invariants
+from texscope.errors import TexscopeError
+from texscope.frontend.model_file import PRINTED_HEADER
+from texscope.ir.graph import CALL_TIR, TO_VDEVICE, static_shape
+from texscope.knowledge.registry import Storage
+from texscope.knowledge.targets import host_target, is_texture_scope, texture_target
+from texscope.opencl import tuning
+from texscope.opencl.tune import measure
+from texscope.pipeline import annotate_module
+
+TARGET = "adreno-opencl"
+
+
+def two_convs():
+    """x -> conv -> conv (constant weights): three tensors that may be
+    textures, each read by one kernel."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 8), "float32"))
+    rng = np.random.default_rng(0)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = x
+            for _ in range(2):
+                w = relax.const(rng.uniform(-0.3, 0.3, (8, 8, 3, 3)).astype("float32"))
+                h = bb.emit(relax.op.nn.conv2d(h, w, padding=1))
+            out = bb.emit_output(h)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def conv_then_pool():
+    """A 1x1 conv then a max pool: the oracle's small model (four tensors
+    that may be textures: the packed input, the weights, the conv's and the
+    pool's outputs)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 8), "float32"))
+    w = relax.const(np.random.default_rng(1).uniform(-0.3, 0.3, (8, 8, 1, 1)).astype("float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, w))
+            out = bb.emit_output(bb.emit(relax.op.nn.max_pool2d(c, pool_size=3, padding=1)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def one_conv():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 8), "float32"))
+    w = relax.const(np.random.default_rng(2).uniform(-0.3, 0.3, (8, 8, 3, 3)).astype("float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.conv2d(x, w, padding=1)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.fixture(scope="module")
+def two_convs_set(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tune") / "set"
+    tuning_set.export(two_convs(), TARGET, root, "two_convs", log=lambda *_: None)
+    return root
+
+
+def synthetic(manifest: dict, seconds) -> dict:
+    """A tuning document for a set's manifest, ``seconds(kernel, scopes)``
+    per variant and ``seconds(None, (source, target, shape))`` per copy."""
+    kernels = {key: {"name": k["name"], "positions": k["positions"], "shapes": k["shapes"],
+                     "variants": []} for key, k in manifest["kernels"].items()}
+    for variant in manifest["variants"]:
+        kernels[variant["kernel"]]["variants"].append(
+            {"scopes": variant["scopes"], "seconds": seconds(variant["kernel"], variant["scopes"])})
+    return {"format": tuning.FORMAT, "version": tuning.VERSION, "model": manifest["model"],
+            "model_fingerprint": manifest["model_fingerprint"], "target": manifest["target"],
+            "device": {"name": "synthetic"}, "kernels": kernels,
+            "copies": [{**{k: v for k, v in c.items() if k != "binding"},
+                        "seconds": seconds(None, (c["source"], c["target"], tuple(c["shape"])))}
+                       for c in manifest["copies"]]}
+
+
+def test_tuning_set_lists_every_storage_of_every_kernel(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+    convs = [k for k in manifest["kernels"].values() if k["name"].startswith("conv2d")]
+    # Both convs are one kernel (their weights are constants): its data in,
+    # its weights and its output each in a buffer or a texture, eight
+    # variants, built once.
+    assert len(convs) == 1 and convs[0]["positions"] == ["in0", "w1", "out0"]
+    conv_key = next(k for k, v in manifest["kernels"].items() if v is convs[0])
+    scopes = sorted(tuple(v["scopes"]) for v in manifest["variants"] if v["kernel"] == conv_key)
+    assert scopes == sorted(itertools.product(["global", "global.texture-weight"], repeat=3))
+    assert len({(v["kernel"], tuple(v["scopes"])) for v in manifest["variants"]}) == \
+        len(manifest["variants"])
+    assert {(c["source"], c["target"]) for c in manifest["copies"]} == \
+        {("global", "global.texture-weight"), ("global.texture-weight", "global")}
+    bindings = [v["binding"] for v in manifest["variants"]] + \
+        [c["binding"] for c in manifest["copies"]]
+    plan = json.loads((two_convs_set / tuning.PROGRAM / "plan.json").read_text())
+    assert {s["binding"] for s in plan["steps"]} == set(bindings)
+
+
+def test_timed_tuning_file_round_trips(two_convs_set, tmp_path):
+    pytest.importorskip("pyopencl")
+    from texscope.opencl.source import default_device
+
+    document = measure(two_convs_set, default_device(), repeats=1, progress_stream=open(os.devnull, "w"))
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(document))
+    loaded = tuning.load(path)
+    manifest = tuning.read_set(two_convs_set)
+    assert loaded["model_fingerprint"] == manifest["model_fingerprint"]
+    assert sum(len(k["variants"]) for k in loaded["kernels"].values()) == len(manifest["variants"])
+    assert all(v["seconds"] > 0 for k in loaded["kernels"].values() for v in k["variants"])
+    assert len(loaded["copies"]) == len(manifest["copies"])
+    assert all(c["seconds"] > 0 for c in loaded["copies"])
+    result = build(two_convs(), TARGET, tuning=path)
+    assert len(result.report.kernels) == 4 and result.report.untuned == ()
+    conv = next(k for k in result.report.kernels if k.call == "lv1")
+    assert len(conv.alternatives) == 7 and conv.chosen not in conv.alternatives
+
+
+def test_a_malformed_tuning_file_is_refused(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": tuning.FORMAT, "version": 1, "model": "m",
+                                "model_fingerprint": "0", "target": TARGET,
+                                "device": {"name": "d"}, "copies": [],
+                                "kernels": {"k": {"positions": ["in0"],
+                                                  "variants": [{"scopes": [], "seconds": 1}]}}}))
+    with pytest.raises(TexscopeError, match="one scope per position"):
+        tuning.load(path)
+
+
+def test_textures_losing_everywhere_give_an_all_buffer_plan(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+
+    def seconds(kernel, scopes):
+        return 1e-3 + sum(is_texture_scope(s) for s in scopes[:2] if isinstance(s, str)) * 1e-3
+
+    result = build(two_convs(), TARGET, tuning=synthetic(manifest, seconds))
+    assert result.report.summary()["in_texture"] == 0
+    assert all("texture" not in k.chosen for k in result.report.kernels)
+
+
+def test_textures_winning_everywhere_give_the_all_texture_plan(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+
+    def seconds(kernel, scopes):
+        if kernel is None:
+            return 1.0  # copies dear
+        return 1e-2 - sum(is_texture_scope(s) for s in scopes) * 1e-3
+
+    tuned = build(two_convs(), TARGET, tuning=synthetic(manifest, seconds)).report
+    texture = texture_target(TARGET)
+    everywhere = build(two_convs(), TARGET, profile=plan_profiles(texture)["all-texture"]).report
+    assert tuned.summary()["in_texture"] == everywhere.summary()["in_texture"] > 0
+    assert {t.name: t.scope for t in tuned.tensors} == {t.name: t.scope for t in everywhere.tensors}
+
+
+def test_a_tuning_file_of_another_model_or_target_is_refused(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, lambda *_: 1e-3)
+    with pytest.raises(TexscopeError, match="another model"):
+        build(conv_then_pool(), TARGET, tuning=document)
+    with pytest.raises(TexscopeError, match="measured for target"):
+        build(two_convs(), "mali-opencl", tuning=document)
+
+
+# The oracle: every assignment of storages realized in the module (stages 4
+# and 5), fused as the build fuses, and priced from the fused module alone:
+# each kernel call by the synthetic time of its kernel (by kernel_key) with
+# its operands' scopes, each copy by its time.  It shares none of the tuned
+# planner's code; assignments whose kernels the tuning never measured (a
+# copy splitting a fused kernel) are outside what either may choose.
+
+
+def _device_target():
+    texture = texture_target(TARGET)
+    return texture, tvm.target.Target(texture.target, host=host_target(None, texture.target))
+
+
+def _fused(annotated):
+    _, device = _device_target()
+    with device:
+        return run_under(device, [tvm.tirx.transform.BindTarget(device), *fuse_passes()],
+                         "test.fuse")(annotated)
+
+
+def _fused_price(fused, table, copies) -> float | None:
+    total = 0.0
+    for binding in (b for block in fused["main"].body.blocks for b in block.bindings):
+        call = binding.value
+        if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
+            continue
+        if call.op.name == TO_VDEVICE:
+            source = call.args[0].ty.vdevice.memory_scope if call.args[0].ty.vdevice else "global"
+            total += copies[(str(source), str(binding.var.ty.vdevice.memory_scope),
+                             static_shape(binding.var.ty))]
+        elif call.op.name == CALL_TIR:
+            scopes = [str(a.ty.vdevice.memory_scope) if a.ty.vdevice else "global"
+                      for a in call.args[1].fields if isinstance(a.ty, relax.TensorType)]
+            scopes.append(str(binding.var.ty.vdevice.memory_scope)
+                          if binding.var.ty.vdevice else "global")
+            key = (kernel_key(fused[call.args[0]]), tuple(scopes))
+            if key not in table:
+                return None
+            total += table[key]
+    return total
+
+
+_REALIZED = {}
+
+
+def _realized(model):
+    """Every valid assignment of storages of ``model()`` realized and fused
+    (computed once per model)."""
+    if model in _REALIZED:
+        return _REALIZED[model]
+    texture, device = _device_target()
+    with device:
+        legalized = LegalizeKeepingAttrs()(ConvertKeepingNames(device)(model()))
+        consumers = collect_consumer(legalized, "main", texture_target(device))
+    graph = consumers.graph
+    free = [t.index for t in graph.tensors if t.fit.scope is not None]
+    slots = [(t, p) for t in free for p, d in enumerate(consumers.demands[t]) if d.call is not None]
+    assert len(free) + len(slots) <= 8
+    both = (Storage.BUFFER, Storage.TEXTURE)
+    found = []
+    for written in itertools.product(both, repeat=len(free)):
+        storages = [Storage.BUFFER] * len(graph.tensors)
+        for tensor, storage in zip(free, written):
+            storages[tensor] = storage
+        for read in itertools.product(both, repeat=len(slots)):
+            reads = [[storages[t.index]] * len(consumers.demands[t.index]) for t in graph.tensors]
+            for (tensor, position), storage in zip(slots, read):
+                reads[tensor][position] = storage
+            plan = plan_of(consumers, storages, reads, "exhaustive")
+            with device:
+                annotated = Cleanup()(define_vdevice(legalized, {"main": plan},
+                                                     texture_target(device)))
+            if not check_invariants(annotated, device):
+                found.append(_fused(annotated))
+    _REALIZED[model] = found
+    return found
+
+
+@pytest.mark.parametrize("model", [one_conv, conv_then_pool])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_tuned_plan_is_what_exhaustive_search_finds(model, seed, tmp_path):
+    mod = model()
+    tuning_set.export(mod, TARGET, tmp_path / "set", model.__name__, log=lambda *_: None)
+    manifest = tuning.read_set(tmp_path / "set")
+    rng = np.random.default_rng(seed)
+    drawn = {}
+
+    def seconds(kernel, scopes):
+        drawn[(kernel, tuple(scopes))] = float(rng.uniform(1e-4, 1e-3))
+        return drawn[(kernel, tuple(scopes))]
+
+    document = synthetic(manifest, seconds)
+    table = {k: v for k, v in drawn.items() if k[0] is not None}
+    copies = {(s[0], s[1], tuple(s[2])): v for (k, s), v in drawn.items() if k is None}
+    texture, device = _device_target()
+    measured = measured_costs(mod, device, texture, document)
+    with device:
+        annotated, plans = annotate_module(ConvertKeepingNames(device)(mod),
+                                           attrs.evolve(texture_target(device), tuning=measured))
+    assert plans["main"].tuned.uncovered == ()
+    chosen = _fused_price(_fused(annotated), table, copies)
+    prices = [p for p in (_fused_price(f, table, copies) for f in _realized(model))
+              if p is not None]
+    assert len(prices) > 8
+    assert chosen == pytest.approx(min(prices), rel=1e-9)
+    assert plans["main"].tuned.predicted_s == pytest.approx(chosen, rel=1e-6)
+
+
+MODEL_FILE = PRINTED_HEADER + """
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((1, C, 8, 8), "float32"), w: R.Tensor((C, C, 1, 1), "float32")):
+        with R.dataflow():
+            c = R.nn.conv2d(x, w)
+            p = R.nn.max_pool2d(c, pool_size=[3, 3], padding=[1, 1, 1, 1])
+            R.output(p)
+        return p
+"""
+
+
+def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
+    pytest.importorskip("pyopencl")
+    model = tmp_path / "model.py"
+    model.write_text(MODEL_FILE.replace("C", "8"))
+    env = {**os.environ}
+    run = lambda *a: subprocess.run(a, capture_output=True, text=True, env=env)  # noqa: E731
+    made = run("texscope", "tune", str(model), "-o", str(tmp_path / "set"))
+    assert made.returncode == 0, made.stderr
+    timed = run(sys.executable, "-m", "texscope.opencl.tune", str(tmp_path / "set"),
+                "-o", str(tmp_path / "tuning.json"), "--repeats", "1")
+    assert timed.returncode == 0, timed.stderr
+    assert "timed" in timed.stdout and (tmp_path / "tuning.json").is_file()
+    built = run("texscope", "build", str(model), "--tuning", str(tmp_path / "tuning.json"),
+                "-o", str(tmp_path / "out"))
+    assert built.returncode == 0, built.stderr
+    assert "0 calls by the cost profile" in built.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["kernels"] and report["untuned"] == []
+    replayed = run(sys.executable, "-m", "texscope.opencl.replay", str(tmp_path / "out"))
+    assert replayed.returncode == 0, replayed.stderr
+    explained = run("texscope", "explain", str(model), "--tuning", str(tmp_path / "tuning.json"))
+    assert explained.returncode == 0 and "Kernels, measured" in explained.stdout
+
+    # Another model's tuning file: one line, status 2, nothing written.
+    other = tmp_path / "other.py"
+    other.write_text(MODEL_FILE.replace("C", "4"))
+    refused = run("texscope", "build", str(other), "--tuning", str(tmp_path / "tuning.json"),
+                  "-o", str(tmp_path / "refused"))
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1 and "another model" in refused.stderr
+    assert not (tmp_path / "refused").exists()
+    not_tuning = run("texscope", "build", str(model), "--tuning", str(model),
+                     "-o", str(tmp_path / "refused"))
+    assert not_tuning.returncode == 2 and len(not_tuning.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "refused").exists()

@@ -1,0 +1,114 @@
+"""``python -m texscope.opencl.tune DIR -o tuning.json``: time a tuning set on a device.
+
+Numpy and pyopencl only (it runs on the device, where TVM is not).  The set's
+program (every variant of every kernel, and every copy a plan could need,
+each one binding: :mod:`texscope.backend.tuning_set`) runs once to warm up
+(compile, first touch), then ``--repeats`` times; a variant's time is the
+median over the runs of its launches' summed profiling-event time, a
+copy's likewise.  The tuning file (:mod:`texscope.opencl.tuning`) records
+the device, driver, model and target the times belong to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from ..errors import TexscopeError
+from .calibrate import Progress, describe_device
+from .plan import read_plan
+from .replay import random_inputs, replay
+from .source import pick_device
+from . import tuning
+
+DEFAULT_REPEATS = 9
+
+
+def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=None,
+            device_index: int = 0) -> dict:
+    """The tuning document of the set in ``directory``, measured on ``device``."""
+    root = Path(directory)
+    manifest = tuning.read_set(root)
+    plan = read_plan(root / tuning.PROGRAM)
+    inputs = random_inputs(plan)
+    progress = Progress(repeats + 1, progress_stream)
+    replay(plan, inputs, device)
+    progress.step("warm-up")
+    per_binding: dict[str, list[float]] = {}
+    for run in range(repeats):
+        totals: dict[str, float] = {}
+        for command in replay(plan, inputs, device).times:
+            totals[command.binding] = totals.get(command.binding, 0.0) + command.seconds
+        for binding, seconds in totals.items():
+            per_binding.setdefault(binding, []).append(seconds)
+        progress.step(f"run {run + 1}")
+
+    def median(binding: str) -> float:
+        if binding not in per_binding:
+            raise TexscopeError(f"{root}: the program runs nothing for binding {binding!r}")
+        return statistics.median(per_binding[binding])
+
+    kernels = {key: {"name": kernel["name"], "positions": kernel["positions"],
+                     "shapes": kernel["shapes"], "variants": []}
+               for key, kernel in manifest["kernels"].items()}
+    for variant in manifest["variants"]:
+        kernels[variant["kernel"]]["variants"].append(
+            {"scopes": variant["scopes"], "seconds": median(variant["binding"])})
+    copies = [{**{k: v for k, v in copy.items() if k != "binding"},
+               "seconds": median(copy["binding"])} for copy in manifest["copies"]]
+    return {
+        "format": tuning.FORMAT,
+        "version": tuning.VERSION,
+        "model": manifest["model"],
+        "model_fingerprint": manifest["model_fingerprint"],
+        "target": manifest["target"],
+        "device": describe_device(device, device_index),
+        "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "repeats": repeats,
+        "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
+                   f"median of {repeats} runs of the whole tuning program"),
+        "kernels": kernels,
+        "copies": copies,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m texscope.opencl.tune",
+        description="Time a tuning set (what `texscope tune MODEL -o DIR` wrote) on an "
+                    "OpenCL device; needs numpy and pyopencl, not TVM.")
+    p.add_argument("directory", help="the tuning set")
+    p.add_argument("-o", "--output", required=True, help="the tuning file to write")
+    p.add_argument("--device", type=int, help="device index (python -m "
+                                              "texscope.opencl.replay --list-devices)")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                   help=f"timed runs per median (default {DEFAULT_REPEATS})")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        out = Path(args.output)
+        if out.exists() and not tuning.is_tuning_file(out):
+            raise TexscopeError(f"{out} exists and is not a tuning file; not overwriting it")
+        if args.repeats < 1:
+            raise TexscopeError("--repeats must be at least 1")
+        device = pick_device(args.device)
+        document = measure(args.directory, device, args.repeats, device_index=args.device or 0)
+        out.write_text(json.dumps(document, indent=1) + "\n")
+    except TexscopeError as err:
+        print(f"tune: error: {err}", file=sys.stderr)
+        return 2
+    variants = sum(len(k["variants"]) for k in document["kernels"].values())
+    print(f"timed {variants} variants of {len(document['kernels'])} kernels and "
+          f"{len(document['copies'])} copies on {document['device']['name']}: wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Tuning sets and tuning files: a model's kernels timed in every storage (no TVM).
+
+``texscope tune MODEL -o DIR`` writes a *tuning set* (DIR/``tuning-set.json``
+and the program in DIR/``program/``, see
+:mod:`texscope.backend.tuning_set`); ``python -m texscope.opencl.tune DIR -o
+tuning.json`` times it on a device and writes a *tuning file*:
+
+``format``/``version``; ``model``, ``model_fingerprint``, ``target``: what it
+was measured for (``texscope build --tuning`` refuses it for anything else);
+``device``: name, platform, driver; ``repeats``: runs per median;
+``kernels``: per kernel key (a digest of the kernel with its storages left
+out) its ``name``, operand ``positions`` (``in0``..., ``out0``...) and
+``variants``, each ``{"scopes": [one per position], "seconds": median}``;
+``copies``: ``{"shape", "dtype", "source", "target", "seconds"}``, one per
+copy size and direction a plan could need.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..errors import TexscopeError
+
+SET_FORMAT = "texscope-tuning-set"
+FORMAT = "texscope-tuning"
+VERSION = 1
+SET_MANIFEST = "tuning-set.json"
+PROGRAM = "program"
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TexscopeError(f"no such {what}: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise TexscopeError(f"cannot read {what} {path}: {err}") from None
+    except json.JSONDecodeError as err:
+        raise TexscopeError(f"{path}, line {err.lineno}: not JSON ({err.msg})") from None
+
+
+def read_set(directory) -> dict:
+    """The manifest of a tuning set, checked."""
+    path = Path(directory) / SET_MANIFEST
+    manifest = _read_json(path, "tuning set (write one with `texscope tune MODEL -o DIR`)")
+    if not isinstance(manifest, dict) or manifest.get("format") != SET_FORMAT \
+            or manifest.get("version") != VERSION:
+        raise TexscopeError(f"{path}: not a texscope tuning set (format {SET_FORMAT!r}, "
+                            f"version {VERSION})")
+    for field in ("model", "model_fingerprint", "target", "kernels", "variants", "copies"):
+        if field not in manifest:
+            raise TexscopeError(f"{path}: no {field!r}")
+    for variant in manifest["variants"]:
+        if variant.get("kernel") not in manifest["kernels"]:
+            raise TexscopeError(f"{path}: variant {variant.get('binding')!r} names no kernel "
+                                "of the set")
+    return manifest
+
+
+def _seconds(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0:
+        raise TexscopeError(f"{where}: seconds {value!r} is not a time")
+    return float(value)
+
+
+def check_tuning(document, origin: str) -> dict:
+    """A parsed tuning file, checked; raises TexscopeError naming ``origin``
+    and the field at fault."""
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise TexscopeError(f"{origin}: not a texscope tuning file (no \"format\": \"{FORMAT}\"); "
+                            "write one with `python -m texscope.opencl.tune DIR -o FILE`")
+    if document.get("version") != VERSION:
+        raise TexscopeError(f"{origin}: tuning version {document.get('version')!r}; "
+                            f"this texscope reads version {VERSION}")
+    for field in ("model", "model_fingerprint", "target"):
+        if not isinstance(document.get(field), str):
+            raise TexscopeError(f"{origin}: {field!r} must be text")
+    if not isinstance(document.get("device"), dict) or \
+            not isinstance(document["device"].get("name"), str):
+        raise TexscopeError(f"{origin}: \"device\" must be an object with a \"name\"")
+    kernels = document.get("kernels")
+    if not isinstance(kernels, dict):
+        raise TexscopeError(f"{origin}: \"kernels\" must be an object")
+    for key, kernel in kernels.items():
+        where = f"{origin}: kernels.{key}"
+        positions = kernel.get("positions") if isinstance(kernel, dict) else None
+        if not isinstance(positions, list) or not isinstance(kernel.get("variants"), list):
+            raise TexscopeError(f"{where}: needs \"positions\" and \"variants\"")
+        for variant in kernel["variants"]:
+            if not isinstance(variant, dict) or len(variant.get("scopes", ())) != len(positions):
+                raise TexscopeError(f"{where}: each variant needs one scope per position")
+            _seconds(variant.get("seconds"), where)
+    if not isinstance(document.get("copies"), list):
+        raise TexscopeError(f"{origin}: \"copies\" must be a list")
+    for copy in document["copies"]:
+        _seconds(copy.get("seconds") if isinstance(copy, dict) else None, f"{origin}: copies")
+    return document
+
+
+def load(path) -> dict:
+    """Read and check a tuning file."""
+    path = Path(path)
+    return check_tuning(_read_json(path, "tuning file"), str(path))
+
+
+def is_tuning_file(path) -> bool:
+    """Whether ``path`` holds a tuning file (one texscope may overwrite)."""
+    try:
+        return json.loads(Path(path).read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
