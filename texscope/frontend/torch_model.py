@@ -31,7 +31,7 @@ def _torch():
         import torch
         from tvm.relax.frontend.torch import from_exported_program
     except ImportError as err:
-        raise TexscopeError("PyTorch models need torch: pip install 'texscope[torch]'") from err
+        raise TexscopeError("PyTorch models need torch: pip install torch") from err
     return torch, from_exported_program
 
 
