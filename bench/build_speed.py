@@ -8,9 +8,9 @@ timing; printed: the medians, their ratio (the target is <= 0.5x), the
 lowest and highest ratio of one repeat's two builds ("pairs": how far this
 machine's noise moves a single comparison), the stage of texscope's build
 that took longest, and the peak device memory of
-both builds (``texscope.backend.memory``: as the VM allocates after memory
+both builds (``texscope.backend.memory.device_memory``: as the VM allocates after memory
 planning, TVM's for its build, texscope's storage assignment for texscope's
-(``texscope.backend.storage_plan``); for texscope also the texel padding in
+(``texscope.backend.memory.storage_plan``); for texscope also the texel padding in
 its peak; ``bench/memory.py`` compares the peaks in full).
 
 Models: texscope's zoo, and the MediaPipe 0.10.14 .tflite models of
@@ -24,7 +24,7 @@ printed with each model.  texscope schedules and lowers kernels on one thread
 per CPU (``--jobs`` sets how many): that shortens its wall clock, not its CPU
 time.  texscope compiles the host code at LLVM opt-level 0, TVM's build at
 LLVM's default.  In one process both tools run under the same C heap settings:
-texscope's build keeps freed blocks in the heap (``texscope.backend.heap``),
+texscope's build keeps freed blocks in the heap (``texscope.tvm_workarounds.heap``),
 which speeds up TVM's generic build too once the warm-up has set it.
 
 Run: ``python bench/build_speed.py [--repeat N] [--jobs N] [--profile]
@@ -54,7 +54,7 @@ import texscope
 from texscope.models import zoo
 from _cli import ZOO, Columns, Recorded, add_markdown_option, chosen_models, loaded
 try:
-    from texscope.backend.memory import MemoryCapture, device_memory
+    from texscope.backend.memory.device_memory import MemoryCapture, device_memory
     from texscope.diagnostics.pass_timing import render
 except ImportError:  # texscope before these existed (a "before" run): times only
     MemoryCapture = device_memory = render = None

@@ -1,6 +1,6 @@
 """Peak device memory: texture plans against the all-buffer build, one process.
 
-Per model, the peak device memory one run needs (``texscope.backend.memory``:
+Per model, the peak device memory one run needs (``texscope.backend.memory.device_memory``:
 parameters, constants and the planned storages live at once, as the Relax VM
 allocates them after TVM's memory planning and ``KillAfterLastUse``) of:
 
@@ -56,9 +56,9 @@ from tvm import relax
 
 import texscope
 from texscope.backend import upstream
-from texscope.backend.memory import (TVM_PLANNER, MemoryCapture, buffers_as_images_peak,
-                                     device_memory)
-from texscope.backend.storage_plan import PlanStorages
+from texscope.backend.memory.device_memory import (TVM_PLANNER, MemoryCapture, buffers_as_images_peak,
+                                                   device_memory)
+from texscope.backend.memory.storage_plan import PlanStorages
 from texscope.ir.capture import PassCapture
 from texscope.knowledge.targets import texture_target
 from texscope.models import zoo

@@ -9,7 +9,7 @@ measured here with TVM's own passes, nothing of texscope's in the timed work:
 - ``StmtSimplify``: TVM's simplifier alone, on the kernels as they are at
   the start of TIR lowering;
 - ``TIR lowering``: TVM 0.27's Adreno TIR passes in order (texscope's
-  :func:`texscope.backend.lowering.adreno_tir_passes` less its own two
+  :func:`texscope.backend.lowering.tir_pipeline.adreno_tir_passes` less its own two
   Python passes, so that no Python runs while timing).
 
 Each is run over every kernel once per round (rounds make the work long
@@ -36,8 +36,8 @@ import tvm
 from tvm import s_tir, tirx
 
 import texscope
-from texscope.backend.heap import keep_freed_memory
-from texscope.backend.lowering import adreno_tir_passes
+from texscope.tvm_workarounds.heap import keep_freed_memory
+from texscope.backend.lowering.tir_pipeline import adreno_tir_passes
 from texscope.ir.capture import PassCapture
 from texscope.knowledge.targets import texture_target
 from texscope.models import zoo

@@ -84,7 +84,7 @@ def _safe(name: str) -> str:
 def builds_of(base: dict, profiles: dict) -> list:
     """(label, target, profile) of every build but the tuned one."""
     import texscope  # pylint: disable=import-outside-toplevel
-    from texscope.backend.measured import plan_profiles
+    from texscope.backend.tuning.measured import plan_profiles
 
     texture = texscope.texture_target(base)
     default = texture.profile
@@ -98,7 +98,7 @@ def builds_of(base: dict, profiles: dict) -> list:
 def export(directory: Path, found: dict, base: dict, profiles: dict) -> None:
     """Here (TVM): per model its tuning set, the non-tuned builds, inputs and CPU outputs."""
     import texscope  # pylint: disable=import-outside-toplevel
-    from texscope.backend import tuning_set
+    from texscope.backend.tuning import tuning_set
     from texscope.diagnostics import verify
 
     width = max(map(len, found), default=10)
@@ -146,7 +146,7 @@ def export_tuned(directory: Path, results: Path, found: dict, base: dict, profil
     and every build's predicted time by that file."""
     import attrs  # pylint: disable=import-outside-toplevel
     import texscope
-    from texscope.backend.measured import measured_costs, plan_profiles
+    from texscope.backend.tuning.measured import measured_costs, plan_profiles
     from texscope.collect_producer import measured_seconds
     from texscope.frontend.naming import ConvertKeepingNames
     from texscope.knowledge.targets import host_target, texture_target

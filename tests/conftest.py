@@ -13,7 +13,7 @@ from tvm.s_tir import dlight
 from hypothesis import HealthCheck, settings
 from tvm import relax
 
-from texscope.backend import thread_blocks
+from texscope.backend.schedules import thread_blocks
 from texscope.knowledge import profile as cost_profile
 
 # The fuzzer's profiles: "ci" by default, "long" with --hypothesis-profile long
@@ -96,7 +96,7 @@ def tally_same_schedule(seen: dict, ours: tvm.IRModule, theirs: tvm.IRModule) ->
 @pytest.fixture
 def tvms_thread_count(monkeypatch):
     """texscope's schedules split over the target's full thread block, as
-    TVM's rules do, not over whole rows (texscope.backend.thread_blocks):
+    TVM's rules do, not over whole rows (texscope.backend.schedules.thread_blocks):
     where the block does not divide the work, their guards are TVM's."""
     monkeypatch.setattr(thread_blocks, "aligned_threads", lambda _extents, limit: limit)
 
@@ -104,7 +104,7 @@ def tvms_thread_count(monkeypatch):
 @contextlib.contextmanager
 def tvms_thread_split():
     """Within it, TVM's rules split a fused loop over texscope's threads per
-    block (texscope.backend.thread_blocks: whole rows of the loops fused)
+    block (texscope.backend.schedules.thread_blocks: whole rows of the loops fused)
     instead of their 256; all else is their own."""
     fuse, split = s_tir.Schedule.fuse, s_tir.Schedule.split
     fused = []  # (the fused loop's variable, the extents fused into it)
@@ -224,7 +224,7 @@ def pytest_collection_modifyitems(config, items):
 def split_recorder(monkeypatch):
     """``start()`` records, from then on, whether each split of texscope's
     schedules ran unguarded (``disable_predication``); returns the list."""
-    from texscope.backend.schedule import UncheckedSchedule
+    from texscope.backend.schedules.kernels import UncheckedSchedule
 
     def start() -> list:
         calls = []

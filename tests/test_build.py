@@ -8,7 +8,7 @@ import tvm
 import texscope
 from texscope import opencl
 from texscope.models import zoo
-from texscope.backend import lowering
+from texscope.backend.lowering import tir_pipeline as lowering
 from texscope.backend.build import build, kernel_signatures
 
 NETWORKS = ["seed", "resnet", "mobilenet_v2", "unet", "inception"]

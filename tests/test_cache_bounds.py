@@ -1,5 +1,5 @@
 """Register caches moved without compute_at's failing bound proofs
-(texscope.backend.cache_bounds): the block, loops, guard and buffer TVM's
+(texscope.backend.schedules.cache_bounds): the block, loops, guard and buffer TVM's
 own compute_at / reverse_compute_at make, where the tiles overhang the data.
 (Every conv kernel of the zoo and the MediaPipe models is compared with TVM's
 rule in test_conv_schedule.py.)"""
@@ -8,8 +8,8 @@ import tvm
 from tvm import s_tir
 from tvm.script import tirx as T
 
-from texscope.backend import cache_bounds
-from texscope.backend.guards import append_guards, sblock_realize, split_unguarded
+from texscope.backend.schedules import cache_bounds
+from texscope.backend.schedules.guards import append_guards, sblock_realize, split_unguarded
 
 
 @T.prim_func(s_tir=True)

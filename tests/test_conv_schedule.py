@@ -1,4 +1,4 @@
-"""The packed conv's schedule (texscope.backend.conv_schedule) against TVM's
+"""The packed conv's schedule (texscope.backend.schedules.conv) against TVM's
 own Adreno Conv2d rule: the same scheduled kernel, on every conv kernel of
 the zoo (and, under ``real_models``, of every importable MediaPipe model),
 for both targets' channel counts, guards and data pads (TVM's rule given
@@ -20,8 +20,8 @@ from texscope.diagnostics import verify
 from conftest import ADRENO, BeforeScheduling, tvms_thread_split
 from modules import texel_cases
 from test_tflite import IMPORTABLE
-from texscope.backend import conv_schedule, fallback_schedule, schedule
-from texscope.backend.schedule import EpilogueConv2d
+from texscope.backend.schedules import conv as conv_schedule, fallback as fallback_schedule, kernels as schedule
+from texscope.backend.schedules.kernels import EpilogueConv2d
 from texscope.frontend.tflite_model import load_tflite
 from texscope.ir.tir import blocks_in
 from texscope.opencl.source import kernel_signatures
@@ -33,7 +33,7 @@ def _conv_kernels(mod) -> list:
     with tvm.transform.PassContext(instruments=[capture]):
         texscope.build(mod, "adreno-opencl")
     # A conv with one product per output (a 1x1 depthwise conv) is
-    # element-wise by then (texscope.backend.unit_reduction): no conv to schedule.
+    # element-wise by then (texscope.backend.schedules.unit_reduction): no conv to schedule.
     return [func for func in capture.module.functions.values()
             if isinstance(func, tvm.tirx.PrimFunc)
             and conv_schedule.CONV_BLOCK in func.script() and schedule._reducing_blocks(func)]

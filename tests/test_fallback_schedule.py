@@ -1,5 +1,5 @@
 """TVM's fallback schedules with their thread splits unguarded
-(texscope.backend.fallback_schedule) against TVM's own rules, the Adreno one
+(texscope.backend.schedules.fallback) against TVM's own rules, the Adreno one
 and the generic GPU one: the same scheduled kernel, or the same failure, on
 every kernel of the zoo TVM's rule takes (and, under ``real_models``, of
 every importable MediaPipe model)."""
@@ -13,7 +13,7 @@ from tvm.script import tirx as T
 import texscope
 from conftest import ADRENO, BeforeScheduling, tally_same_schedule, tvms_thread_split
 from test_tflite import IMPORTABLE
-from texscope.backend.schedule import BufferFallback, TextureFallback
+from texscope.backend.schedules.kernels import BufferFallback, TextureFallback
 from texscope.frontend.tflite_model import load_tflite
 from texscope.models import zoo
 

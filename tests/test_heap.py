@@ -1,7 +1,7 @@
-"""Process memory during a build (texscope.backend.heap): the C heap, the collector."""
+"""Process memory during a build (texscope.tvm_workarounds.heap): the C heap, the collector."""
 
 import texscope
-from texscope.backend import heap
+from texscope.tvm_workarounds import heap
 from texscope.models import zoo
 
 

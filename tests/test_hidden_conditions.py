@@ -7,8 +7,8 @@ import tvm_ffi
 from tvm.script import tirx as T
 
 import texscope
-from texscope.backend import lowering
-from texscope.backend.hidden_conditions import HIDDEN_IF_THEN_ELSE, conditions_hidden, conditions_shown
+from texscope.backend.lowering import tir_pipeline as lowering
+from texscope.tvm_workarounds.hidden_conditions import HIDDEN_IF_THEN_ELSE, conditions_hidden, conditions_shown
 from texscope.frontend.tflite_model import load_tflite
 from texscope.ir.capture import PassCapture
 from texscope.ir.tir import allocated_scopes

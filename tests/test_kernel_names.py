@@ -8,8 +8,8 @@ from tvm.script import tirx as T
 
 import pytest
 
-from texscope.backend import kernel_names
-from texscope.backend.kernel_names import ShortenKernelNames, short_name
+from texscope.backend.lowering import kernel_names
+from texscope.backend.lowering.kernel_names import ShortenKernelNames, short_name
 
 from conftest import run_pass
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from texscope.backend import kernel_set as exporter
+from texscope.backend.tuning import kernel_set as exporter
 from texscope.cli import main
 from texscope.knowledge import profile as cost_profile
 from texscope.knowledge import registry

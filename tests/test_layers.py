@@ -65,6 +65,7 @@ RANKS = {
     "knowledge": 1,
     "models": 1,
     "ir": 2,
+    "tvm_workarounds": 2,
     "rewrites": 3,
     "planner": 3,
     "convert_layout": 4, "collect_consumer": 4, "collect_producer": 4,

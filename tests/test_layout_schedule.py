@@ -1,4 +1,4 @@
-"""The layout transform's schedule (texscope.backend.layout_schedule) against
+"""The layout transform's schedule (texscope.backend.schedules.layout) against
 TVM's own Adreno LayoutTransform rule: the same scheduled kernel, or a
 decline where TVM's rule fails, on every layout transform of the zoo for
 both targets (and, under ``real_models``, of every importable MediaPipe
@@ -13,8 +13,8 @@ import texscope
 from conftest import ADRENO, BeforeScheduling, tally_same_schedule, tvms_thread_split
 from modules import texel_cases
 from test_tflite import IMPORTABLE
-from texscope.backend import schedule
-from texscope.backend.layout_schedule import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
+from texscope.backend.schedules import kernels as schedule
+from texscope.backend.schedules.layout import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
 from texscope.frontend.tflite_model import load_tflite
 from texscope.models import zoo
 

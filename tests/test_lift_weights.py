@@ -10,7 +10,7 @@ from tvm import relax
 
 import texscope
 from texscope import opencl
-from texscope.backend.memory import MemoryCapture, device_memory
+from texscope.backend.memory.device_memory import MemoryCapture, device_memory
 from texscope.diagnostics import verify
 from texscope.frontend.naming import ConvertKeepingNames
 from texscope.knowledge.targets import texture_target

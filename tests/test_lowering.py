@@ -8,8 +8,8 @@ from tvm.script import tirx as T
 from tvm.s_tir.backend.adreno import pipeline as tvm_adreno
 
 import texscope
-from texscope.backend import lowering
-from texscope.backend.hidden_conditions import conditions_shown
+from texscope.backend.lowering import tir_pipeline as lowering
+from texscope.tvm_workarounds.hidden_conditions import conditions_shown
 from texscope.frontend.tflite_model import load_tflite
 from texscope.ir.capture import PassCapture
 from texscope.ir.tir import allocated_scopes, has_if_statement

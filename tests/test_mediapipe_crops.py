@@ -12,7 +12,7 @@ from flatbuffers import flexbuffers
 
 import texscope
 from texscope import opencl
-from texscope.backend import kernel_names
+from texscope.backend.lowering import kernel_names
 from texscope.diagnostics import verify
 from texscope.errors import TexscopeError
 from texscope.frontend.tflite_model import load_tflite

@@ -11,8 +11,8 @@ from tvm.script import tirx as T
 import texscope
 from conftest import run_pass
 from modules import rules
-from texscope.backend.memory import (DeviceMemory, MemoryCapture, SizeTextureStorages, _lifetimes,
-                                     op_name, buffers_as_images_peak, device_memory)
+from texscope.backend.memory.device_memory import (DeviceMemory, MemoryCapture, SizeTextureStorages, _lifetimes,
+                                                   op_name, buffers_as_images_peak, device_memory)
 from texscope.knowledge.scopes import FLAVOUR_AXES, image_bytes
 from texscope.backend import upstream
 from texscope.knowledge.targets import texture_target

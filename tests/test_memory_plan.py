@@ -9,12 +9,12 @@ from tvm import relax
 
 import texscope
 from texscope import opencl
-from texscope.backend import memory_order, storage_plan
-from texscope.backend.memory_order import OrderForMemory
-from texscope.backend.memory import (MemoryCapture, SizeTextureStorages, buffers_as_images_peak,
-                                     device_memory, op_name)
-from texscope.backend.storage_plan import Assignment, Lifetime, PlanStorages, assign
-from texscope.backend.storage_replay import run_in_storages, storage_count
+from texscope.backend.memory import call_order as memory_order, storage_plan
+from texscope.backend.memory.call_order import OrderForMemory
+from texscope.backend.memory.device_memory import (MemoryCapture, SizeTextureStorages, buffers_as_images_peak,
+                                                   device_memory, op_name)
+from texscope.backend.memory.storage_plan import Assignment, Lifetime, PlanStorages, assign
+from texscope.backend.memory.storage_replay import run_in_storages, storage_count
 from texscope.diagnostics import verify
 from texscope.errors import TexscopeError
 from texscope.frontend.tflite_model import load_tflite

@@ -6,7 +6,7 @@ from tvm import relax
 
 import texscope
 from texscope import opencl
-from texscope.backend import opencl_intrinsics
+from texscope.tvm_workarounds import opencl_intrinsics
 from texscope.diagnostics import verify
 
 # Inputs inside each function's domain.

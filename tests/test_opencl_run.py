@@ -19,7 +19,7 @@ from texscope.opencl.launches import ParamArg, Workspace, kernel_launches
 from texscope.opencl.plan import WorkspaceArg as PlanWorkspace
 from texscope.opencl.program import Copy, KernelCall, TensorSpec, read_program
 from texscope.opencl.source import kernel_signatures, pyopencl
-from texscope.backend.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
+from texscope.backend.lowering.specialize import KeepStorageChangesAsKernels, SplitPrimFuncsBySignature
 
 from conftest import conv_reads_pay, run_pass
 from modules import opencl_cases, rules, signatures, storage_views, texel_cases

@@ -10,10 +10,11 @@ from tvm.script import tirx as T
 
 import texscope
 from conftest import ADRENO, BeforeScheduling, dlight_scheduled
-from texscope.backend import parallel, schedule
+from texscope.backend import parallel
+from texscope.backend.schedules import kernels as schedule
 from texscope.backend.build import build, device_source
-from texscope.backend.schedule import (ScheduleKernels, UncheckedSchedule, detailed_schedule_errors,
-                                       schedule_rules)
+from texscope.backend.schedules.kernels import ScheduleKernels, schedule_rules
+from texscope.tvm_workarounds.unchecked_schedule import UncheckedSchedule, detailed_schedule_errors
 from texscope.models import zoo
 
 

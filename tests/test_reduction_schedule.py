@@ -1,5 +1,5 @@
 """TVM's GeneralReduction with its thread splits unguarded
-(texscope.backend.reduction_schedule) against TVM's own rule: the same
+(texscope.backend.schedules.reduction) against TVM's own rule: the same
 scheduled kernel on every kernel of the zoo TVM's rule takes (and, under
 ``real_models``, of every importable MediaPipe model), and on a kernel of
 each of the rule's forms."""
@@ -13,7 +13,7 @@ from tvm.script import tirx as T
 import texscope
 from conftest import ADRENO, VULKAN, BeforeScheduling
 from test_tflite import IMPORTABLE
-from texscope.backend.schedule import GeneralReduction
+from texscope.backend.schedules.kernels import GeneralReduction
 from texscope.frontend.tflite_model import load_tflite
 from texscope.models import zoo
 

@@ -14,8 +14,8 @@ from texscope.opencl.program import KernelCall, read_program
 from texscope.opencl.source import kernel_bodies
 import tvm_ffi
 
-from texscope.backend import schedule
-from texscope.backend.schedule import EpilogueConv2d, TexelWriter, TextureFallback
+from texscope.backend.schedules import kernels as schedule
+from texscope.backend.schedules.kernels import EpilogueConv2d, TexelWriter, TextureFallback
 from tvm.s_tir import dlight
 from tvm.script import tirx as T
 from texscope.models import zoo

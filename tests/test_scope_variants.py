@@ -7,9 +7,9 @@ from tvm.script import tirx as T
 
 from conftest import ADRENO, BeforeScheduling, dlight_scheduled
 from texscope.backend.build import build
-from texscope.backend.schedule import (EpilogueConv2d, PackedLayoutTransform, ScheduleKernels,
-                                       schedule_rules)
-from texscope.backend.scope_variants import scope_variants, with_scopes_of
+from texscope.backend.schedules.kernels import (EpilogueConv2d, PackedLayoutTransform, ScheduleKernels,
+                                                schedule_rules)
+from texscope.backend.schedules.scope_variants import scope_variants, with_scopes_of
 from texscope.models import zoo
 
 

@@ -18,7 +18,7 @@ import texscope
 from texscope import opencl
 from texscope.backend.build import fuse_passes
 from texscope.cli import main
-from texscope.backend.schedule import EpilogueConv2d, _NoneOnScheduleError
+from texscope.backend.schedules.kernels import EpilogueConv2d, _NoneOnScheduleError
 from texscope.diagnostics import verify
 from texscope.opencl import sizes
 from texscope.opencl.plan import KernelStep, Plan, ScalarArg, TensorSpec, read_plan

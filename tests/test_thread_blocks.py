@@ -1,4 +1,4 @@
-"""Threads per block over whole rows (texscope.backend.thread_blocks)."""
+"""Threads per block over whole rows (texscope.backend.schedules.thread_blocks)."""
 
 import re
 
@@ -8,8 +8,8 @@ from tvm import tirx
 
 import texscope
 from conftest import threads_per_block
-from texscope.backend import thread_blocks
-from texscope.backend.thread_blocks import aligned_threads
+from texscope.backend.schedules import thread_blocks
+from texscope.backend.schedules.thread_blocks import aligned_threads
 from texscope.models import zoo
 
 

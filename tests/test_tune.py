@@ -12,10 +12,10 @@ import pytest
 import tvm
 from tvm import relax
 
-from texscope.backend import tuning_set
+from texscope.backend.tuning import tuning_set
 from texscope.backend.build import build
 from texscope.backend.fusion import fuse_passes, run_under
-from texscope.backend.measured import kernel_key, measured_costs, plan_profiles
+from texscope.backend.tuning.measured import kernel_key, measured_costs, plan_profiles
 from texscope.cleanup import Cleanup
 from texscope.collect_consumer import collect_consumer
 from texscope.collect_producer import plan_of

@@ -8,8 +8,8 @@ from tvm.s_tir import dlight
 import texscope
 from conftest import BeforeScheduling
 from modules import unit_reductions as cases
-from texscope.backend import schedule
-from texscope.backend.unit_reduction import UnitReductionsAsElementWise
+from texscope.backend.schedules import kernels as schedule
+from texscope.backend.schedules.unit_reduction import UnitReductionsAsElementWise
 from texscope.diagnostics import verify
 
 

@@ -61,6 +61,7 @@ _MOVED = {
 PACKAGES = (
     "knowledge",  # what operators and devices support, and what they cost
     "ir",  # reading and rebuilding Relax IR
+    "tvm_workarounds",  # TVM 0.27 behaviour texscope works around, one module each
     "rewrites",  # stage 1's rewrites and legalization
     "planner",  # plan costs and the min-cut
     "diagnostics",  # explain, reports, checks, comparisons, pass timing, yardsticks

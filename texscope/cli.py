@@ -154,7 +154,7 @@ def _tuning_file(path):
 
 
 def cmd_tune(args) -> None:
-    from .backend import tuning_set
+    from .backend.tuning import tuning_set
 
     texture_target(args.target)
     out = Path(args.output)
@@ -174,7 +174,7 @@ def cmd_calibrate(args) -> int:
     if args.export_kernels:
         # Building needs TVM, so it lives here rather than in opencl.calibrate
         # (which runs on devices without TVM).
-        from .backend import kernel_set
+        from .backend.tuning import kernel_set
 
         path = kernel_set.export(args.export_kernels, args.shapes or kernel_set.DEFAULT_SHAPES,
                                  args.target)
@@ -247,7 +247,7 @@ def _planned_report(args):
     model = _model(args)
     try:
         if tuning is not None:
-            from .backend.measured import measured_costs
+            from .backend.tuning.measured import measured_costs
             from .knowledge.targets import host_target
 
             device = tvm.target.Target(texture.target, host=host_target(None, texture.target))

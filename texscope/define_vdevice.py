@@ -22,6 +22,7 @@ from .collect_producer import ProducerInfo
 from .ir.graph import DPS_OPS, Constant, dps_inputs, new_call
 from .ir.rebuild import Rebuilder, replace_functions, with_vdevice
 from .knowledge.targets import TextureTarget, VDeviceTable
+from .tvm_workarounds.known_type import with_known_type
 
 
 class _FunctionRewriter:
@@ -92,7 +93,7 @@ class _FunctionRewriter:
         # Its type is known: the old one on the planned VDevice.  Inferring
         # it again costs ~5 ms per packed conv2d in TVM 0.27 (layout parsing).
         if all(isinstance(a, (relax.Var, Constant)) for a in inputs):
-            relax.expr._update_type(rewritten, out_ty)  # pylint: disable=protected-access
+            with_known_type(rewritten, out_ty)
         return rewritten
 
     def rewrite(self, binding: relax.Binding) -> relax.Expr:

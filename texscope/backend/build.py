@@ -12,7 +12,7 @@ wants a (pipeline, finalize_host, finalize_device) triple, and the build's
 ``image2d_array_t`` through ``vload4``.  texscope registers the Adreno passes as
 a proper triple, ``texscope_adreno``, so texture-scoped buffers become
 ``read_imagef`` / ``write_imagef`` (with the texel stores TVM 0.27 gets wrong
-retyped: :mod:`texscope.backend.lowering`).
+retyped: :mod:`texscope.backend.lowering.tir_pipeline`).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from ..cleanup import FoldTextureCopies
 from ..errors import TexscopeError
 from ..planner.cost import copies_in, texture_reads
 from ..rewrites.lift_weights import LiftWeightTransforms, require_declared_weights
-from .heap import collector_paused, keep_freed_memory
+from ..tvm_workarounds.heap import collector_paused, keep_freed_memory
 from .fusion import fuse_passes, run_under as _under
-from .kernel_names import ShortenKernelNames
-from .measured import measured_costs
-from .lowering import adreno_tir_pipeline
-from . import opencl_intrinsics  # noqa: F401  (registers TVM's missing OpenCL math names)
+from .lowering.kernel_names import ShortenKernelNames
+from .tuning.measured import measured_costs
+from .lowering.tir_pipeline import adreno_tir_pipeline
+from ..tvm_workarounds import opencl_intrinsics  # noqa: F401  (registers TVM's missing OpenCL math names)
 from .parallel import build_jobs, jobs_limit, per_chunk
-from .memory import MemoryCapture, device_memory
+from .memory.device_memory import MemoryCapture, device_memory
 from ..frontend.model_file import load_model
 from ..frontend.naming import ConvertKeepingNames, returned_as_before, returned_names
 from ..opencl.executor import plan_of
@@ -48,11 +48,11 @@ from ..pipeline import annotate_module, texture_scope_pipeline
 from ..diagnostics.pass_timing import PassProfile
 from ..diagnostics.report import Report
 from ..diagnostics.report_page import report_html
-from .schedule import schedule_passes
-from .memory_order import OrderForMemory
-from .storage_plan import with_planned_storages
-from .specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
-                         SplitPrimFuncsBySignature)
+from .schedules.kernels import schedule_passes
+from .memory.call_order import OrderForMemory
+from .memory.storage_plan import with_planned_storages
+from .lowering.specialize import (KeepStorageChangesAsKernels, SpecializeTextureParams,
+                                  SplitPrimFuncsBySignature)
 from ..knowledge.targets import host_target, texture_target
 from .. import opencl
 from ..diagnostics import verify

@@ -1,7 +1,7 @@
 """Fusion as the build does it, and running passes under a target.
 
 Shared by :mod:`texscope.backend.build` and ``texscope tune``
-(:mod:`texscope.backend.measured`), which fuses the model as the build does
+(:mod:`texscope.backend.tuning.measured`), which fuses the model as the build does
 to know its kernels.
 """
 

@@ -2,7 +2,7 @@
 
 Numpy and pyopencl only (it runs on the device, where TVM is not).  The set's
 program (every variant of every kernel, and every copy a plan could need,
-each one binding: :mod:`texscope.backend.tuning_set`) runs once to warm up
+each one binding: :mod:`texscope.backend.tuning.tuning_set`) runs once to warm up
 (compile, first touch), then ``--repeats`` times; a variant's time is the
 median over the runs of its launches' summed profiling-event time, a
 copy's likewise.  The tuning file (:mod:`texscope.opencl.tuning`) records

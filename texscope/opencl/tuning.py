@@ -2,7 +2,7 @@
 
 ``texscope tune MODEL -o DIR`` writes a *tuning set* (DIR/``tuning-set.json``
 and the program in DIR/``program/``, see
-:mod:`texscope.backend.tuning_set`); ``python -m texscope.opencl.tune DIR -o
+:mod:`texscope.backend.tuning.tuning_set`); ``python -m texscope.opencl.tune DIR -o
 tuning.json`` times it on a device and writes a *tuning file*:
 
 ``format``/``version``; ``model``, ``model_fingerprint``, ``target``: what it

@@ -41,6 +41,7 @@ from tvm import relax
 
 from ..errors import TexscopeError
 from ..ir.graph import NUM_INPUT, inputs_and_weights, vars_read
+from ..tvm_workarounds.known_type import with_known_type
 
 _STOP_LIFT = "relax.builtin.stop_lift_params"
 
@@ -159,7 +160,7 @@ def lifted_function(mod: tvm.IRModule, gvar: relax.GlobalVar) -> tvm.IRModule | 
         if kept:
             blocks.append(type(block)(kept))
     body = relax.SeqExpr(blocks, func.body.body)
-    relax.expr._update_type(body, func.body.ty)  # pylint: disable=protected-access
+    with_known_type(body, func.body.ty)
     body = tvm_ffi.structural_map(body, (relax.Var, lambda var: replaced.get(var, var)))
     functions = {g: f for g, f in lifted.functions.items() if g.name_hint != gvar.name_hint}
     # TVM's pass canonicalizes the bindings it keeps too (a tuple's field

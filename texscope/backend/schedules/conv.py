@@ -18,24 +18,24 @@ than 16 x 16 with a quarter idle.
 
 A ``split`` whose factors do not divide the loop appends a guard to the
 block under it (``T.where(outer * 16 + inner < extent)``), after a proof
-that fails and costs TVM 0.27 a Z3 solver (:mod:`texscope.backend.guards`):
+that fails and costs TVM 0.27 a Z3 solver (:mod:`texscope.backend.schedules.guards`):
 about 4 ms a split, against 0.2 ms for one that divides.  The Adreno rule
 splits the output channels by 8, the rows and columns by 16 and the input
 channels by 4, so on the small feature maps of phone models nearly every
 split guards.  Here the splits run unguarded; the input texel's and the
 accumulators' register caches are moved under the conv's loops by
-:mod:`texscope.backend.cache_bounds`, which spares their moves the bound
+:mod:`texscope.backend.schedules.cache_bounds`, which spares their moves the bound
 proofs that fail where the tiles overhang the map (another Z3 solver each);
 then the guards, built as ``split`` builds them, go on the conv block in one
 replacement; a block left to TVM's default schedule (a data pad) gets
-:mod:`texscope.backend.fallback_schedule`'s, guarded alike.  The scheduled
+:mod:`texscope.backend.schedules.fallback`'s, guarded alike.  The scheduled
 kernel is the one TVM's rule makes with those tiles (the tests compare them
 on every conv kernel of the zoo and of the MediaPipe models), but where an epilogue also
 reads the conv's input: there TVM's rule fails, and here the register cache
 serves the conv alone; and where an epilogue block writes more than the conv
 (a gate times a feature map), which TVM's rule leaves off the GPU threads and
 this schedule gives the default schedule
-(:func:`texscope.backend.fallback_schedule.inline_blocks`).
+(:func:`texscope.backend.schedules.fallback.inline_blocks`).
 
 TVM's rule leaves a conv's zero padding to a kernel of its own, which
 writes the padded map to a global scratch buffer that the conv then reads
@@ -70,7 +70,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight import analysis
 
 from .cache_bounds import compute_at_bounded, reverse_compute_at_bounded
-from .fallback_schedule import inline_blocks, schedule_default
+from .fallback import inline_blocks, schedule_default
 from .guards import append_guards, split_unguarded, substituted
 
 # The block name TVM's Adreno Conv2d rule schedules (its legalization's).

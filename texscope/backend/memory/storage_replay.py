@@ -4,7 +4,7 @@
 whole run, so a memory plan that put two tensors alive at once into one
 storage would still compute the right numbers there.  :func:`run_in_storages`
 runs the same kernels, but with each tensor in the storage the planned Relax
-module (after ``KillAfterLastUse``, as :class:`texscope.backend.memory.MemoryCapture`
+module (after ``KillAfterLastUse``, as :class:`texscope.backend.memory.device_memory.MemoryCapture`
 keeps it) allocates it from, as the Relax VM would:
 
 - buffer tensors of one storage are one OpenCL buffer of the storage's
@@ -27,15 +27,15 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..errors import TexscopeError
-from ..ir.graph import ALLOC_STORAGE, ALLOC_TENSOR
-from ..opencl.executor import plan_of
-from ..opencl.memory import DeviceMemory
-from ..opencl.plan import CopyStep
-from ..opencl.program import KernelCall, read_program
-from ..opencl.session import Launcher, RunResult
-from ..opencl.source import compiled, default_device, pyopencl
-from .memory import op_name, storage_bytes, allocated_tensor
+from ...errors import TexscopeError
+from ...ir.graph import ALLOC_STORAGE, ALLOC_TENSOR
+from ...opencl.executor import plan_of
+from ...opencl.memory import DeviceMemory
+from ...opencl.plan import CopyStep
+from ...opencl.program import KernelCall, read_program
+from ...opencl.session import Launcher, RunResult
+from ...opencl.source import compiled, default_device, pyopencl
+from .device_memory import op_name, storage_bytes, allocated_tensor
 
 
 class _Storages:

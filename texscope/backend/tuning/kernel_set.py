@@ -15,13 +15,13 @@ import datetime
 import json
 from pathlib import Path
 
-from ..errors import TexscopeError
-from ..knowledge import profile as cost_profile
-from ..knowledge.targets import texture_target
-from ..models import calibration
-from ..opencl import kernel_set
-from ..opencl.executor import plan_of
-from .build import build
+from ...errors import TexscopeError
+from ...knowledge import profile as cost_profile
+from ...knowledge.targets import texture_target
+from ...models import calibration
+from ...opencl import kernel_set
+from ...opencl.executor import plan_of
+from ..build import build
 
 # (channels, size) of each module; every packed tensor at most 8192 texels
 # wide in any texture flavour, so the set runs on devices with 8192-texel

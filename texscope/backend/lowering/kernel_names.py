@@ -24,7 +24,7 @@ import hashlib
 import tvm
 from tvm import relax, tirx
 
-from ..ir.graph import redirect_calls
+from ...ir.graph import redirect_calls
 
 LONGEST = 120
 _DIGEST = 8

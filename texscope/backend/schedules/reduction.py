@@ -9,7 +9,7 @@ analyzer to prove the guard needless; in TVM 0.27 that proof falls through
 to Z3, a solver context of its own each time (about 4 ms a split, three
 splits a softmax: 11 of its 29 ms on inception's).  Here each split runs
 unguarded and its guard goes on the block as ``split`` puts it
-(:func:`texscope.backend.guards.split_guarded`).  The scheduled kernel is
+(:func:`texscope.backend.schedules.guards.split_guarded`).  The scheduled kernel is
 the one TVM's rule makes: the tests compare them on every kernel of the zoo
 (and, under ``real_models``, of the MediaPipe models) that the rule takes.
 """

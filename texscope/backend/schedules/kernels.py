@@ -21,80 +21,26 @@ Each choice here was made by running the kernels on OpenCL (PoCL):
 
 from __future__ import annotations
 
-import contextlib
-import threading
 
 import tvm
 import tvm_ffi
 from tvm import relax, s_tir
 from tvm.s_tir import dlight
-from tvm.s_tir.schedule import _type_checker
 
-from ..errors import TexscopeError
-from ..ir.tir import blocks_in, scope_of
-from ..ir.graph import relax_bindings, static_dims
-from ..knowledge.targets import TEXEL_LANES, is_texture_scope, preset_of
-from .conv_schedule import CONV_BLOCK, schedule_packed_conv
-from .fallback_schedule import schedule_fallback, schedule_gpu_fallback
+from ...errors import TexscopeError
+from ...ir.tir import blocks_in, scope_of
+from ...ir.graph import relax_bindings, static_dims
+from ...knowledge.targets import TEXEL_LANES, is_texture_scope, preset_of
+from ...tvm_workarounds.unchecked_schedule import UncheckedSchedule, detailed_schedule_errors
+from .conv import CONV_BLOCK, schedule_packed_conv
+from .fallback import schedule_fallback, schedule_gpu_fallback
 from .guards import sblock_realize, split_over_threads
 from . import thread_blocks
-from .layout_schedule import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
-from .parallel import build_jobs, map_in_order
-from .reduction_schedule import schedule_general_reduction
+from .layout import LAYOUT_TRANSFORM_BLOCK, schedule_layout_transform
+from ..parallel import build_jobs, map_in_order
+from .reduction import schedule_general_reduction
 from .scope_variants import scope_variants, with_scopes_of
 from .unit_reduction import UnitReductionsAsElementWise
-
-
-def _is_type_checked(method) -> bool:
-    code = getattr(method, "__code__", None)
-    return (hasattr(method, "__wrapped__") and code is not None
-            and code.co_filename == _type_checker.__file__)
-
-
-_traced_schedule = tvm.get_global_func("s_tir.schedule.TracedSchedule")
-
-# TVM's ScheduleErrorRenderLevel.  A detailed error prints the whole kernel
-# with the failing block underlined: 0.8 ms, for what the rules mostly use as
-# a test (``try_inline`` tries every block; a reduction block fails).  The
-# short message costs 0.03 ms; a kernel no rule can finish is scheduled
-# again with detailed errors to say what failed (ScheduleKernels._located).
-_FAST_ERRORS, _DETAILED_ERRORS = 1, 0
-_error_rendering = threading.local()
-
-
-@contextlib.contextmanager
-def detailed_schedule_errors():
-    """Within it, the schedules this thread makes render errors in full."""
-    before = getattr(_error_rendering, "level", _FAST_ERRORS)
-    _error_rendering.level = _DETAILED_ERRORS
-    try:
-        yield
-    finally:
-        _error_rendering.level = before
-
-
-def _schedule_of(self, func: tvm.tirx.PrimFunc) -> None:
-    """``Schedule(func)`` with TVM's defaults (no seed, no debug checks,
-    prerequisite checks on) but short error messages (see
-    :func:`detailed_schedule_errors`), made by a call of TVM's constructor
-    function.  TVM's ``Schedule.__init__`` makes it through
-    ``__init_handle_by_constructor__``, which holds the GIL while the C++
-    analyses the kernel (about a millisecond a conv); a function call
-    releases it, and kernels are scheduled on several threads."""
-    level = getattr(_error_rendering, "level", _FAST_ERRORS)
-    self.__move_handle_from__(_traced_schedule(tvm.IRModule({"main": func}), -1, 0, level, True))
-
-
-# TVM checks every Schedule method's arguments against its annotations in
-# Python (inspect.signature.bind, then a walk of typing hints) before calling
-# into C++: on a 58-kernel model that is most of the time spent scheduling.
-# The rules here pass TVM's own objects, so a schedule of this class calls
-# the primitives directly; what they compute is the same.
-UncheckedSchedule = type("UncheckedSchedule", (s_tir.Schedule,), {
-    **{name: method.__wrapped__ for name, method in vars(s_tir.Schedule).items()
-       if _is_type_checked(method)},
-    "__init__": _schedule_of,
-})
 
 
 def _on_texture_target(rule: dlight.ScheduleRule, target: tvm.target.Target) -> bool:
@@ -273,7 +219,7 @@ def _pads_conv_input(sch: s_tir.Schedule, block) -> bool:
 
 
 class EpilogueConv2d(dlight.ScheduleRule):
-    """TVM's Adreno Conv2d rule (as :mod:`texscope.backend.conv_schedule`
+    """TVM's Adreno Conv2d rule (as :mod:`texscope.backend.schedules.conv`
     writes it), after inlining every element-wise block
     that writes no output into its readers, in order.
 
@@ -320,7 +266,7 @@ class EpilogueConv2d(dlight.ScheduleRule):
 
 
 class PackedLayoutTransform(dlight.ScheduleRule):
-    """TVM's Adreno LayoutTransform rule as :mod:`texscope.backend.layout_schedule`
+    """TVM's Adreno LayoutTransform rule as :mod:`texscope.backend.schedules.layout`
     writes it (its thread split's guard appended once), for kernels of static
     shape on every texture target."""
 
@@ -491,7 +437,7 @@ class TextureFallback(dlight.adreno.Fallback):
 
 class BufferFallback(dlight.gpu.Fallback):
     """TVM's generic GPU fallback (``dlight.gpu.Fallback``), as
-    :func:`texscope.backend.fallback_schedule.schedule_gpu_fallback` writes
+    :func:`texscope.backend.schedules.fallback.schedule_gpu_fallback` writes
     it, on an :data:`UncheckedSchedule`."""
 
     def apply(self, func, target, _tunable):
@@ -503,7 +449,7 @@ class BufferFallback(dlight.gpu.Fallback):
 
 class GeneralReduction(dlight.gpu.GeneralReduction):
     """TVM's ``dlight.gpu.GeneralReduction``, as
-    :func:`texscope.backend.reduction_schedule.schedule_general_reduction`
+    :func:`texscope.backend.schedules.reduction.schedule_general_reduction`
     writes it, on an :data:`UncheckedSchedule`."""
 
     def apply(self, func, target, _tunable):
@@ -588,7 +534,7 @@ class ScheduleKernels:  # pylint: disable=too-few-public-methods
     A kernel that equals another but for where its tensors live (one conv
     whose output is an image at one call and a buffer at the next) gets that
     kernel's schedule with its own parameters
-    (:mod:`texscope.backend.scope_variants`) where the rule taking it, and
+    (:mod:`texscope.backend.schedules.scope_variants`) where the rule taking it, and
     every rule before, ``ignores_scopes`` (declares ``may_take``, a cheap
     necessary test of a kernel): a conv's schedule is 10 to 15 ms.
     """

@@ -4,7 +4,7 @@
 model three times (the target's cost profile, every eligible tensor in a
 texture, none), as :func:`texscope.build` does, and collects the fused
 kernels.  A kernel is known by its PrimFunc with every parameter a global
-buffer (:func:`texscope.backend.scope_variants.plain`), hashed: the same
+buffer (:func:`texscope.backend.schedules.scope_variants.plain`), hashed: the same
 computation wherever it is called, whatever its operands' storages.  Its
 variants are every combination of the storages seen for each tensor
 operand (the data in, the weights, the output) in
@@ -34,15 +34,15 @@ import attrs
 import tvm
 from tvm import relax
 
-from ..errors import TexscopeError
-from ..ir.graph import CALL_TIR, static_dims, static_shape
-from ..ir.rebuild import with_vdevice
-from ..knowledge.targets import VDeviceTable, host_target, is_texture_scope, texture_target
-from ..opencl import tuning as tuning_format
-from ..opencl.executor import plan_of
-from ..diagnostics.report import Report
-from .build import BuildResult, after_fusion_passes, compile_opencl
-from .fusion import run_under
+from ...errors import TexscopeError
+from ...ir.graph import CALL_TIR, static_dims, static_shape
+from ...ir.rebuild import with_vdevice
+from ...knowledge.targets import VDeviceTable, host_target, is_texture_scope, texture_target
+from ...opencl import tuning as tuning_format
+from ...opencl.executor import plan_of
+from ...diagnostics.report import Report
+from ..build import BuildResult, after_fusion_passes, compile_opencl
+from ..fusion import run_under
 from .measured import fused_kernels, kernel_key, model_fingerprint, plan_profiles, target_label
 
 MOST_VARIANTS = 16  # per kernel: beyond it, the plans' combinations and their neighbours

@@ -16,15 +16,15 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..errors import TexscopeError
-from ..frontend.naming import ConvertKeepingNames
-from ..ir.graph import CALL_TIR, static_shape
-from ..knowledge.targets import texture_target
-from ..opencl import tuning as tuning_file
-from ..pipeline import annotate_module
-from ..planner.tuned import KernelUse, MeasuredCosts
-from .fusion import fuse_passes, run_under
-from .scope_variants import plain
+from ...errors import TexscopeError
+from ...frontend.naming import ConvertKeepingNames
+from ...ir.graph import CALL_TIR, static_shape
+from ...knowledge.targets import texture_target
+from ...opencl import tuning as tuning_file
+from ...pipeline import annotate_module
+from ...planner.tuned import KernelUse, MeasuredCosts
+from ..fusion import fuse_passes, run_under
+from ..schedules.scope_variants import plain
 
 # A gain that makes every eligible tensor a texture (or, negated, none): far
 # above any copy's price, yet not so far that a large model's cut overflows.

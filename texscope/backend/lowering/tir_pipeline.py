@@ -17,7 +17,7 @@ stores one broadcast value.  ``RetypeTextureStore`` gives the store a
 primitive type, so the lanes are packed into one ``write_imagef`` (found by
 running the kernels on PoCL).
 
-Conditions are hidden (:mod:`texscope.backend.hidden_conditions`) from the
+Conditions are hidden (:mod:`texscope.tvm_workarounds.hidden_conditions`) from the
 start to the int64 narrowing, which may bound an index by one, and from
 vectorization, which has its own handling of ``if_then_else``, to the end of
 the clean-up (simplification, no-op removal, common subexpressions); the
@@ -62,8 +62,8 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from ..ir.tir import allocated_scopes, has_if_statement
-from .hidden_conditions import conditions_hidden, conditions_shown
+from ...ir.tir import allocated_scopes, has_if_statement
+from ...tvm_workarounds.hidden_conditions import conditions_hidden, conditions_shown
 
 _COMPACT = s_tir.transform.CompactBufferAllocation()
 _TEXTURE_STORE = tvm.ir.Op.get("tirx.texture2d_store")
@@ -173,7 +173,7 @@ def _keeps_conditions(func: tirx.PrimFunc) -> bool:
 @tirx.transform.prim_func_pass(opt_level=0, name="texscope.HideConditions")
 def HideConditions(func, _mod, _ctx):  # pylint: disable=invalid-name
     """Hide ``func``'s ``if_then_else`` conditions from the passes that follow
-    (:mod:`texscope.backend.hidden_conditions`), unless it keeps them."""
+    (:mod:`texscope.tvm_workarounds.hidden_conditions`), unless it keeps them."""
     return func if _keeps_conditions(func) else conditions_hidden(func)
 
 

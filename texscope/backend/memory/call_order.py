@@ -25,7 +25,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..ir.graph import handle, read_after_block, static_bytes, vars_read
+from ...ir.graph import handle, read_after_block, static_bytes, vars_read
 
 
 def _makes_memory(value) -> bool:

@@ -51,10 +51,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, handle, nbytes, new_call,
-                        read_after_block, vars_read)
-from .memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, allocated_tensor, op_name,
-                     pooled_bytes, shape_expr_dims, storage_bytes)
+from ...ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, handle, nbytes, new_call,
+                         read_after_block, vars_read)
+from .device_memory import (POOL_PAGE, TVM_PLANNER, SizeTextureStorages, allocated_tensor, op_name,
+                            pooled_bytes, shape_expr_dims, storage_bytes)
 
 BUILTIN_ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 # How far over the least peak a placement may run while it is built.
@@ -406,7 +406,7 @@ def PlanStorages(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # pylint: disable=in
 
 def with_planned_storages(finalize: list) -> list:
     """``finalize`` (TVM's finalize passes) with :func:`PlanStorages` and then
-    :func:`texscope.backend.memory.SizeTextureStorages` (for the storages it
+    :func:`texscope.backend.memory.device_memory.SizeTextureStorages` (for the storages it
     leaves: those of symbolic tensors) right after TVM's memory planning."""
     names = [p.info.name for p in finalize]
     if TVM_PLANNER not in names:

@@ -17,8 +17,8 @@ import tvm
 import tvm_ffi
 from tvm import relax, s_tir
 
-from ..ir.graph import CALL_TIR, relax_bindings
-from ..ir.rebuild import Rebuilder, replace_functions
+from ...ir.graph import CALL_TIR, relax_bindings
+from ...ir.rebuild import Rebuilder, replace_functions
 
 
 def _scopes(ty) -> tuple[str, ...]:

@@ -10,9 +10,9 @@ strength, and the proof, which cannot succeed, falls through to Z3: a solver
 context of its own for every such split (about 4 ms, against 0.2 for a split
 that divides).  Here the split runs unguarded and its guard goes on the
 block as ``split`` puts it, bindings as ``split`` leaves them under a guard
-(:func:`texscope.backend.guards.split_over_threads`, as for layout
+(:func:`texscope.backend.schedules.guards.split_over_threads`, as for layout
 transforms).  The threads per block are a whole number of the fused loops'
-rows up to the target's limit (:mod:`texscope.backend.thread_blocks`); where
+rows up to the target's limit (:mod:`texscope.backend.schedules.thread_blocks`); where
 there is none of a useful size, the limit, as in TVM's rule.  The scheduled
 kernel is the one TVM's rule makes given that many threads: the tests
 compare them on every kernel of the zoo (and of the MediaPipe models, under

@@ -20,7 +20,7 @@ the image's bytes times the bytes of one element (``StorageToken`` multiplies
 the byte count ``DeviceGetMemSize.opencl`` returns by the dtype's size once
 more): four times what a float32 image needs, twice a float16 one.
 texscope's build assigns the storages again right after it
-(:mod:`texscope.backend.storage_plan`), each as large as its largest tensor;
+(:mod:`texscope.backend.memory.storage_plan`), each as large as its largest tensor;
 :func:`SizeTextureStorages` sizes the storages that planner leaves (those of
 symbolic tensors) the same way, as an image where the tensor is one.
 
@@ -40,10 +40,10 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, KILL_STORAGE, KILL_TENSOR, element_bits,
-                        static_bytes, static_dims)
-from ..knowledge.scopes import (FLAVOUR_AXES, TEXEL_LANES, image_bytes, is_packed_texel_shape,
-                                is_texture_scope)
+from ...ir.graph import (ALLOC_STORAGE, ALLOC_TENSOR, KILL_STORAGE, KILL_TENSOR, element_bits,
+                         static_bytes, static_dims)
+from ...knowledge.scopes import (FLAVOUR_AXES, TEXEL_LANES, image_bytes, is_packed_texel_shape,
+                                 is_texture_scope)
 
 PLANNED_PASS = "KillAfterLastUse"
 TVM_PLANNER = "StaticPlanBlockMemory"

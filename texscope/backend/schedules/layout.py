@@ -7,12 +7,12 @@ transform's input and output (through registers where the two differ), fuses
 every other loop and splits it over 256 threads.  A packed weight or a small
 activation rarely has a multiple of 256 texels, and a split that leaves a
 remainder guards the blocks under it after a failed proof that costs a Z3
-solver (:mod:`texscope.backend.guards`): most of the rule's time (splits
+solver (:mod:`texscope.backend.schedules.guards`): most of the rule's time (splits
 took 11.8 ms of its 17.8 on inception's four packings).  Here that split
 runs unguarded and its guard goes on every block under the split loop, as
-``split`` puts it (:func:`texscope.backend.guards.split_over_threads`).
+``split`` puts it (:func:`texscope.backend.schedules.guards.split_over_threads`).
 Its blocks hold a whole number of the fused loops' rows, up to 256
-(:mod:`texscope.backend.thread_blocks`), so that most such splits divide.
+(:mod:`texscope.backend.schedules.thread_blocks`), so that most such splits divide.
 The scheduled kernel is the one TVM's rule makes given that many threads
 (the tests compare them on every layout transform of the zoo and of the
 MediaPipe models).

@@ -4,7 +4,7 @@ One conv called where its output is an image and again where it is a
 buffer is two PrimFuncs after FuseTIR or ``SplitPrimFuncsBySignature``:
 equal but for the memory scopes of their parameters.  A schedule rule that
 never looks at scopes (``ignores_scopes``) makes the same schedule of both,
-so :class:`texscope.backend.schedule.ScheduleKernels` schedules one and
+so :class:`texscope.backend.schedules.kernels.ScheduleKernels` schedules one and
 gives the other its result with the other's scopes (a conv's schedule is 10
 to 15 ms; the re-scoping a fraction of one).  Lowering still runs per
 kernel: it reads images and buffers differently.
@@ -16,9 +16,9 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
-from ..ir.tir import blocks_in, scope_of
-from ..ir.graph import static_dims
-from .specialize import buffer_in_scope
+from ...ir.tir import blocks_in, scope_of
+from ...ir.graph import static_dims
+from ..lowering.specialize import buffer_in_scope
 
 # Attributes that name a function or a copy, not what it computes.
 NAMING_ATTRS = ("global_symbol", "texscope.storage_signature")

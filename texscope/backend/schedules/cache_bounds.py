@@ -7,7 +7,7 @@ values may leave the cache buffer (``T.where(v < extent)``).  Before guarding,
 they ask TVM's analyzer to prove the bound at full strength; where the conv's
 tiles overhang the feature map the bound is false, the proof fails, and in
 TVM 0.27 a failed proof at that strength costs a Z3 solver of its own
-(:mod:`texscope.backend.guards`): 3 to 5 ms a call, against 0.5 ms where
+(:mod:`texscope.backend.schedules.guards`): 3 to 5 ms a call, against 0.5 ms where
 every bound holds.  Here the cache buffer and the cache block's domain are
 first made large enough for every index, so that every bound holds and no
 proof fails; after the move they get their sizes back, and the block the

@@ -1,5 +1,5 @@
 """``if_then_else`` conditions kept out of TVM's analyzers where no pass
-needs them as facts.
+needs them as facts (seen on TVM 0.27).
 
 TVM's passes built on its arithmetic analyzer (simplification, no-op
 removal, virtual-thread injection, buffer and texture flattening, split
@@ -18,7 +18,7 @@ rewrites any call's, but none takes ``c`` as a fact.  Shown again, it is the
 ``if_then_else`` it was, or, where ``c`` has become a constant, the branch
 that constant selects, as TVM's simplifier selects it.  Hiding can only
 leave a branch less simplified, never change what it computes.
-:mod:`texscope.backend.lowering` says where in the pipeline conditions are
+:mod:`texscope.backend.lowering.tir_pipeline` says where in the pipeline conditions are
 hidden and which kernels keep them.
 """
 

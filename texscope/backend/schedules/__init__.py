@@ -1,0 +1,2 @@
+"""Kernel schedules: which rule schedules each fused kernel, the rules
+(conv, reduction, layout transform, fallback), their thread blocks and guards."""
