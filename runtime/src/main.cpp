@@ -19,6 +19,7 @@
 #include "npz.hpp"
 #include "plan.hpp"
 #include "runner.hpp"
+#include "tune.hpp"
 
 namespace texscope {
 namespace {
@@ -26,12 +27,13 @@ namespace {
 constexpr const char* kUsage =
     "usage: texscope-run DIR [--inputs X.npz] [--expected Y.npz] [--tolerance T] "
     "[--save-outputs O.npz] [--times T.json] [--repeat N] [--steady N] [--seed S] "
-    "[--device N] [--top K] [--list-devices]";
+    "[--device N] [--top K] [--list-devices]\n"
+    "       texscope-run --tune SET -o TUNING.json [--repeats R] [--device N]";
 
 struct Options {
-  std::optional<std::string> directory, inputs, expected, save_outputs, times;
+  std::optional<std::string> directory, inputs, expected, save_outputs, times, tune, output;
   double tolerance = 1e-3;
-  int repeat = 1, steady = 0, device = 0, top = 10;
+  int repeat = 1, steady = 0, device = 0, top = 10, repeats = TuneOptions().repeats;
   uint64_t seed = 0;
   bool list_devices = false;
 };
@@ -58,7 +60,7 @@ Options parse(int argc, char** argv) {
       o.list_devices = true;
       continue;
     }
-    if (arg.rfind("--", 0) != 0) {
+    if (arg.rfind("--", 0) != 0 && arg != "-o") {
       if (o.directory) throw Error("unrecognized argument: " + arg);
       o.directory = arg;
       continue;
@@ -69,6 +71,9 @@ Options parse(int argc, char** argv) {
     else if (arg == "--expected") o.expected = value;
     else if (arg == "--save-outputs") o.save_outputs = value;
     else if (arg == "--times") o.times = value;
+    else if (arg == "--tune") o.tune = value;
+    else if (arg == "-o" || arg == "--output") o.output = value;
+    else if (arg == "--repeats") o.repeats = integer(arg, value);
     else if (arg == "--repeat") o.repeat = std::max(integer(arg, value), 1);
     else if (arg == "--steady") o.steady = std::max(integer(arg, value), 0);
     else if (arg == "--device") o.device = integer(arg, value);
@@ -123,33 +128,6 @@ std::vector<Array> read_arrays(const std::string& path, const std::vector<std::s
   for (const auto& [key, array] : stored) keys.push_back(key);
   throw Error(path + ": " + what + " must be named " + joined(names) + " (or be arr_0..arr_" +
               std::to_string(names.size() - 1) + "); it has " + joined(keys));
-}
-
-// Uniform [-1, 1) inputs (not numpy's generator: for the same numbers as the
-// Python replay, give both --inputs).
-std::vector<Array> random_inputs(const Plan& plan, uint64_t seed) {
-  if (plan.symbolic())
-    throw Error("main's inputs have symbolic sizes (" + joined(plan.sizes) +
-                "): give arrays of the size to run with --inputs");
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto next = [&state] {  // splitmix64
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  std::vector<Array> inputs;
-  for (const auto& name : plan.inputs) {
-    const TensorSpec& spec = plan.spec(name);
-    Array values{"float64", spec.extents(), {}};
-    values.data.resize(size_t(values.count()) * 8);
-    for (int64_t i = 0; i < values.count(); ++i) {
-      double v = double(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0;
-      std::memcpy(values.data.data() + i * 8, &v, 8);
-    }
-    inputs.push_back(converted(values, spec.dtype));
-  }
-  return inputs;
 }
 
 std::string format(const char* pattern, double value) {
@@ -211,6 +189,13 @@ int run(const Options& o) {
     for (size_t i = 0; i < found.size(); ++i) std::cout << i << ": " << found[i].describe() << "\n";
     return 0;
   }
+  if (o.tune) {
+    if (o.directory) throw Error("unrecognized argument: " + *o.directory);
+    if (!o.output) throw Error("--tune needs -o TUNING.json, the tuning file to write");
+    tune({*o.tune, *o.output, o.device, o.repeats});
+    return 0;
+  }
+  if (o.output) throw Error("-o goes with --tune (the tuning file); for outputs use --save-outputs");
   if (!o.directory) throw Error("give the directory `texscope build -o DIR` wrote");
   std::string directory = *o.directory;
   while (directory.size() > 1 && directory.back() == '/') directory.pop_back();

@@ -259,6 +259,54 @@ Device pick_device(int index) {
   return found[size_t(index)];
 }
 
+Device::Info Device::info() const {
+  const OpenCL& cl = opencl();
+  size_t size = 0;
+  check(cl.clGetPlatformInfo(platform, CL_PLATFORM_NAME, 0, nullptr, &size), "clGetPlatformInfo");
+  std::string platform_name(size, '\0');
+  check(cl.clGetPlatformInfo(platform, CL_PLATFORM_NAME, size, platform_name.data(), nullptr),
+        "clGetPlatformInfo");
+  return {stripped(text_info(cl, id, CL_DEVICE_NAME)),
+          stripped(platform_name.c_str()),
+          stripped(text_info(cl, id, CL_DEVICE_VENDOR)),
+          stripped(text_info(cl, id, CL_DRIVER_VERSION)),
+          stripped(text_info(cl, id, CL_DEVICE_VERSION)),
+          device_info<cl_uint>(cl, id, CL_DEVICE_MAX_COMPUTE_UNITS),
+          device_info<size_t>(cl, id, CL_DEVICE_IMAGE2D_MAX_WIDTH),
+          device_info<size_t>(cl, id, CL_DEVICE_IMAGE2D_MAX_HEIGHT),
+          device_info<size_t>(cl, id, CL_DEVICE_IMAGE_MAX_ARRAY_SIZE)};
+}
+
+// Uniform [-1, 1) inputs (not numpy's generator: for the same numbers as the
+// Python replay, give both --inputs).
+std::vector<Array> random_inputs(const Plan& plan, uint64_t seed) {
+  if (plan.symbolic()) {
+    std::string sizes;
+    for (const auto& name : plan.sizes) sizes += (sizes.empty() ? "" : ", ") + name;
+    throw Error("main's inputs have symbolic sizes (" + sizes +
+                "): give arrays of the size to run with --inputs");
+  }
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&state] {  // splitmix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  std::vector<Array> inputs;
+  for (const auto& name : plan.inputs) {
+    const TensorSpec& spec = plan.spec(name);
+    Array values{"float64", spec.extents(), {}};
+    values.data.resize(size_t(values.count()) * 8);
+    for (int64_t i = 0; i < values.count(); ++i) {
+      double v = double(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+      std::memcpy(values.data.data() + i * 8, &v, 8);
+    }
+    inputs.push_back(converted(values, spec.dtype));
+  }
+  return inputs;
+}
+
 Session::Session(const Plan& plan, const Device& device)
     : plan_(plan), cl_(opencl()), device_(device) {
   try {

@@ -18,11 +18,24 @@ struct Device {
   cl_platform_id platform;
   cl_device_id id;
   std::string describe() const;  // "NAME (PLATFORM, driver VERSION)"
+  // What clGetDeviceInfo says of it, as texscope.opencl.calibrate's
+  // describe_device records it (text stripped of blanks).
+  struct Info {
+    std::string name, platform, vendor, driver_version, opencl_version;
+    cl_uint compute_units;
+    size_t image2d_max_width, image2d_max_height, image_max_array_size;
+  };
+  Info info() const;
 };
 
 // Every device, platform by platform: what --device N indexes.
 std::vector<Device> devices();
 Device pick_device(int index);
+
+// Uniform [-1, 1) arrays for main's inputs (not numpy's generator: for the
+// same numbers as the Python replay, give both --inputs); an Error for a
+// plan of symbolic sizes.
+std::vector<Array> random_inputs(const Plan& plan, uint64_t seed);
 
 struct CommandTime {
   std::string binding, kernel;  // kernel is "to_vdevice" for a copy

@@ -1,0 +1,194 @@
+#include "tune.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "error.hpp"
+#include "plan.hpp"
+#include "runner.hpp"
+
+namespace texscope {
+namespace {
+
+// texscope/opencl/tuning.py's names: the two files must stay one format.
+using Json = nlohmann::ordered_json;
+constexpr const char* kSetFormat = "texscope-tuning-set";
+constexpr const char* kTuningFormat = "texscope-tuning";
+constexpr int kTuningVersion = 1;
+constexpr const char* kSetManifest = "tuning-set.json";
+constexpr const char* kProgram = "program";
+
+Json read_json(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("no such " + what + ": " + path);
+  std::string content((std::istreambuf_iterator<char>(in)), {});
+  try {
+    return Json::parse(content);
+  } catch (const Json::parse_error& err) {
+    size_t byte = std::min<size_t>(err.byte ? err.byte - 1 : 0, content.size());
+    size_t line = 1 + std::count(content.begin(), content.begin() + byte, '\n');
+    std::string why = err.what();
+    throw Error(path + ", line " + std::to_string(line) + ": not JSON (" +
+                why.substr(why.rfind(": ") + 2) + ")");
+  }
+}
+
+// The set's manifest, checked as tuning.py's read_set checks it, and a little
+// more (the types the runner indexes), so that a broken set is one line.
+Json read_set(const std::string& directory) {
+  const std::string path = directory + "/" + kSetManifest;
+  Json manifest = read_json(path, "tuning set (write one with `texscope tune MODEL -o DIR`)");
+  if (!manifest.is_object() || manifest.value("format", Json()) != kSetFormat ||
+      manifest.value("version", Json()) != kTuningVersion)
+    throw Error(path + ": not a texscope tuning set (format '" + kSetFormat + "', version " +
+                std::to_string(kTuningVersion) + ")");
+  for (const char* field : {"model", "model_fingerprint", "target", "kernels", "variants",
+                            "copies"})
+    if (!manifest.contains(field)) throw Error(path + ": no '" + field + "'");
+  for (const char* field : {"model", "model_fingerprint", "target"})
+    if (!manifest[field].is_string()) throw Error(path + ": '" + field + "' must be text");
+  if (!manifest["kernels"].is_object()) throw Error(path + ": 'kernels' must be an object");
+  for (const auto& [key, kernel] : manifest["kernels"].items())
+    if (!kernel.is_object() || !kernel.contains("name") || !kernel["positions"].is_array() ||
+        !kernel.contains("shapes"))
+      throw Error(path + ": kernel " + key + " needs 'name', 'positions' and 'shapes'");
+  for (const char* field : {"variants", "copies"}) {
+    if (!manifest[field].is_array()) throw Error(path + ": '" + field + "' must be a list");
+    for (const Json& entry : manifest[field])
+      if (!entry.is_object() || !entry.value("binding", Json()).is_string())
+        throw Error(path + ": each of '" + field + "' needs a 'binding'");
+  }
+  for (const Json& variant : manifest["variants"]) {
+    const Json kernel = variant.value("kernel", Json());
+    if (!kernel.is_string() || !manifest["kernels"].contains(kernel.get<std::string>()))
+      throw Error(path + ": variant '" + variant["binding"].get<std::string>() +
+                  "' names no kernel of the set");
+    if (!variant.value("scopes", Json()).is_array())
+      throw Error(path + ": variant '" + variant["binding"].get<std::string>() +
+                  "' needs 'scopes'");
+  }
+  return manifest;
+}
+
+// Whether `path` holds a tuning file, one this command may overwrite.
+bool is_tuning_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string content((std::istreambuf_iterator<char>(in)), {});
+  Json document = Json::parse(content, nullptr, false);
+  return document.is_object() && document.value("format", Json()) == kTuningFormat;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// One step of a plain-text progress bar on stderr, as calibrate.py's
+// Progress writes it when stderr is not a terminal.
+void progress(int done, int total, const std::string& label) {
+  constexpr int kWidth = 30;
+  int filled = kWidth * done / total;
+  std::cerr << "[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
+            << done << "/" << total << " " << label << std::endl;
+}
+
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S+00:00", &utc);
+  return text;
+}
+
+}  // namespace
+
+void tune(const TuneOptions& o) {
+  std::string root = o.directory;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  struct stat info;
+  if (stat(o.output.c_str(), &info) == 0 && !is_tuning_file(o.output))
+    throw Error(o.output + " exists and is not a tuning file; not overwriting it");
+  if (o.repeats < 1) throw Error("--repeats must be at least 1");
+  const Json manifest = read_set(root);
+  const Plan plan = read_plan(root + "/" + kProgram);
+  const std::vector<Array> inputs = random_inputs(plan, 0);
+  Device device = pick_device(o.device);
+  Session session(plan, device);
+
+  std::vector<Array> outputs;
+  session.run(inputs, outputs);
+  progress(1, o.repeats + 1, "warm-up");
+  std::map<std::string, std::vector<double>> per_binding;
+  for (int run = 0; run < o.repeats; ++run) {
+    std::map<std::string, double> totals;
+    for (const CommandTime& command : session.run(inputs, outputs))
+      totals[command.binding] += command.seconds;
+    for (const auto& [binding, seconds] : totals) per_binding[binding].push_back(seconds);
+    progress(run + 2, o.repeats + 1, "run " + std::to_string(run + 1));
+  }
+  auto seconds_of = [&](const Json& entry) {
+    const std::string binding = entry["binding"].get<std::string>();
+    auto found = per_binding.find(binding);
+    if (found == per_binding.end())
+      throw Error(root + ": the program runs nothing for binding '" + binding + "'");
+    return median(found->second);
+  };
+
+  Json kernels = Json::object();
+  for (const auto& [key, kernel] : manifest["kernels"].items())
+    kernels[key] = {{"name", kernel["name"]}, {"positions", kernel["positions"]},
+                    {"shapes", kernel["shapes"]}, {"variants", Json::array()}};
+  for (const Json& variant : manifest["variants"])
+    kernels[variant["kernel"].get<std::string>()]["variants"].push_back(
+        {{"scopes", variant["scopes"]}, {"seconds", seconds_of(variant)}});
+  Json copies = Json::array();
+  for (const Json& copy : manifest["copies"]) {
+    Json timed = Json::object();
+    for (const auto& [field, value] : copy.items())
+      if (field != "binding") timed[field] = value;
+    timed["seconds"] = seconds_of(copy);
+    copies.push_back(timed);
+  }
+  const Device::Info facts = device.info();
+  const Json document = {
+      {"format", kTuningFormat},
+      {"version", kTuningVersion},
+      {"model", manifest["model"]},
+      {"model_fingerprint", manifest["model_fingerprint"]},
+      {"target", manifest["target"]},
+      {"device",
+       {{"name", facts.name},
+        {"platform", facts.platform},
+        {"vendor", facts.vendor},
+        {"driver_version", facts.driver_version},
+        {"opencl_version", facts.opencl_version},
+        {"compute_units", facts.compute_units},
+        {"image2d_max_width", facts.image2d_max_width},
+        {"image2d_max_height", facts.image2d_max_height},
+        {"image_max_array_size", facts.image_max_array_size},
+        {"index", o.device},
+        {"source", "clGetDeviceInfo through texscope-run"}}},
+      {"measured_at", utc_now()},
+      {"repeats", o.repeats},
+      {"method", "texscope-run --tune: OpenCL profiling events, one warm-up run, median of " +
+                     std::to_string(o.repeats) + " runs of the whole tuning program"},
+      {"kernels", kernels},
+      {"copies", copies}};
+  std::ofstream out(o.output);
+  out << document.dump(1) << "\n";
+  if (!out) throw Error(o.output + ": cannot write");
+  size_t variants = manifest["variants"].size();
+  std::cout << "timed " << variants << " variants of " << kernels.size() << " kernels and "
+            << copies.size() << " copies on " << facts.name << ": wrote " << o.output << "\n";
+}
+
+}  // namespace texscope
