@@ -120,6 +120,14 @@ void tune(const TuneOptions& o) {
   if (o.repeats < 1) throw Error("--repeats must be at least 1");
   const Json manifest = read_set(root);
   const Plan plan = read_plan(root + "/" + kProgram);
+  // Checked before anything runs, so that the error is the only line.
+  std::map<std::string, int> steps;
+  for (const Step& step : plan.steps) ++steps[step.binding];
+  for (const char* field : {"variants", "copies"})
+    for (const Json& entry : manifest[field])
+      if (!steps.count(entry["binding"].get<std::string>()))
+        throw Error(root + ": the program runs nothing for binding '" +
+                    entry["binding"].get<std::string>() + "'");
   const std::vector<Array> inputs = random_inputs(plan, 0);
   Device device = pick_device(o.device);
   Session session(plan, device);

@@ -1,0 +1,175 @@
+"""texscope-run --tune: a tuning set timed without Python.
+
+The runner's tuning file must be the Python tuner's (python -m
+texscope.opencl.tune): the same keys, variants, copies and device
+description, accepted by `texscope build --tuning`; a broken set is one line
+on stderr, exit 2, nothing written.  Driven as a user drives both (the
+installed commands, subprocesses) on PoCL.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from texscope.diagnostics import verify
+from texscope.frontend.model_file import load_model
+from texscope.opencl import tuning
+from texscope.opencl.plan import read_plan
+from texscope.opencl.replay import random_inputs, replay
+from texscope.opencl.source import pick_device
+
+ROOT = Path(__file__).resolve().parents[1]
+BINARY = Path(os.environ.get("TEXSCOPE_RUN", ROOT / "runtime" / "build" / "texscope-run"))
+MODEL = ("from texscope.models import zoo\n"
+         "mod = zoo.with_constant_weights(zoo.NETWORKS['inception']())\n")
+REPEATS = 3
+
+
+def run(*args):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The zoo's inception block: its tuning set, timed by both tuners."""
+    pytest.importorskip("pyopencl")
+    if not BINARY.is_file():
+        pytest.skip(f"texscope-run is not built ({BINARY} missing): cmake -S runtime -B "
+                    "runtime/build -DCMAKE_BUILD_TYPE=Release && cmake --build runtime/build")
+    root = tmp_path_factory.mktemp("runtime-tune")
+    (root / "model.py").write_text(MODEL)
+    made = run("texscope", "tune", root / "model.py", "--target", "adreno-opencl",
+               "-o", root / "set")
+    assert made.returncode == 0, made.stderr
+    python = run(sys.executable, "-m", "texscope.opencl.tune", root / "set",
+                 "-o", root / "python.json", "--repeats", REPEATS)
+    assert python.returncode == 0, python.stderr
+    native = run(BINARY, "--tune", root / "set", "-o", root / "native.json",
+                 "--repeats", REPEATS)
+    assert native.returncode == 0, native.stderr
+    assert native.stdout.startswith("timed 19 variants of 6 kernels and 4 copies on ")
+    return root
+
+
+def _without_seconds(entries):
+    return [{k: v for k, v in entry.items() if k != "seconds"} for entry in entries]
+
+
+def test_the_runner_writes_the_python_tuners_file(tuned):
+    python = json.loads((tuned / "python.json").read_text())
+    native = tuning.load(tuned / "native.json")
+    assert list(native) == list(python)
+    for field in ("format", "version", "model", "model_fingerprint", "target", "repeats"):
+        assert native[field] == python[field], field
+    assert native["device"]["source"] == "clGetDeviceInfo through texscope-run"
+    assert {**native["device"], "source": None} == {**python["device"], "source": None}
+    assert native["method"] == python["method"].replace(
+        "python -m texscope.opencl.tune", "texscope-run --tune")
+    assert list(native["kernels"]) == list(python["kernels"])
+    for key, kernel in python["kernels"].items():
+        mine = native["kernels"][key]
+        assert list(mine) == list(kernel)
+        assert {k: mine[k] for k in ("name", "positions", "shapes")} == \
+            {k: kernel[k] for k in ("name", "positions", "shapes")}
+        assert _without_seconds(mine["variants"]) == _without_seconds(kernel["variants"])
+    assert _without_seconds(native["copies"]) == _without_seconds(python["copies"])
+    times = [v["seconds"] for k in native["kernels"].values() for v in k["variants"]]
+    times += [c["seconds"] for c in native["copies"]]
+    assert all(0 < t < 1 for t in times)
+
+
+def _order(document):
+    """Per kernel, its variants fastest first; the copies fastest first."""
+    return ({key: sorted(range(len(k["variants"])), key=lambda i: k["variants"][i]["seconds"])
+             for key, k in document["kernels"].items()},
+            sorted(range(len(document["copies"])), key=lambda i: document["copies"][i]["seconds"]))
+
+
+def test_texscope_build_takes_the_runners_tuning_file(tuned):
+    outs = {}
+    for name in ("native", "python"):
+        built = run("texscope", "build", tuned / "model.py", "--target", "adreno-opencl",
+                    "--tuning", tuned / f"{name}.json", "-o", tuned / f"out-{name}")
+        assert built.returncode == 0, built.stderr
+        assert "0 calls by the cost profile" in built.stdout
+        outs[name] = tuned / f"out-{name}"
+    report = json.loads((outs["native"] / "report.json").read_text())
+    assert report["kernels"] and report["untuned"] == []
+    documents = {name: json.loads((tuned / f"{name}.json").read_text()) for name in outs}
+    if _order(documents["native"]) == _order(documents["python"]):
+        # The same ranking everywhere: the same plan (the times are PoCL's,
+        # noisy, so where two variants trade places the plans may differ).
+        assert (outs["native"] / "plan.json").read_text() == \
+            (outs["python"] / "plan.json").read_text()
+    plan = read_plan(outs["native"])
+    inputs = random_inputs(plan)
+    outputs = replay(plan, inputs, pick_device(0)).outputs
+    expected = verify.reference_outputs(load_model(str(tuned / "model.py")), inputs)
+    for got, want in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_a_tuning_file_is_overwritten_and_nothing_else(tuned, tmp_path):
+    shutil.copy(tuned / "native.json", tmp_path / "again.json")
+    again = run(BINARY, "--tune", tuned / "set", "-o", tmp_path / "again.json", "--repeats", 1)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "again.json").read_text())["repeats"] == 1
+
+
+def _rewrite_manifest(change):
+    def breakage(root: Path):
+        path = root / "tuning-set.json"
+        manifest = json.loads(path.read_text())
+        change(manifest)
+        path.write_text(json.dumps(manifest))
+    return breakage
+
+
+BREAKAGES = {
+    "no manifest": (lambda d: (d / "tuning-set.json").unlink(),
+                    "no such tuning set (write one with `texscope tune MODEL -o DIR`)"),
+    "not JSON": (lambda d: (d / "tuning-set.json").write_text('{"format":\n'),
+                 "tuning-set.json, line 2: not JSON"),
+    "a build, not a set": (_rewrite_manifest(lambda m: m.update(format="texscope-opencl-plan")),
+                           "not a texscope tuning set"),
+    "no copies": (_rewrite_manifest(lambda m: m.pop("copies")), "tuning-set.json: no 'copies'"),
+    "an unknown kernel": (_rewrite_manifest(lambda m: m["variants"][0].update(kernel="nope")),
+                          "variant 'v0' names no kernel of the set"),
+    "a binding never run": (_rewrite_manifest(lambda m: m["copies"][0].update(binding="zz")),
+                            "the program runs nothing for binding 'zz'"),
+    "no program": (lambda d: shutil.rmtree(d / "program"), "program: no plan.json"),
+}
+
+
+@pytest.mark.parametrize("name", list(BREAKAGES))
+def test_a_broken_tuning_set_is_one_line_exit_2(tuned, tmp_path, name):
+    breakage, message = BREAKAGES[name]
+    broken = tmp_path / "set"
+    shutil.copytree(tuned / "set", broken)
+    breakage(broken)
+    done = run(BINARY, "--tune", broken, "-o", tmp_path / "tuning.json", "--repeats", 1)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.startswith("texscope-run: error: ") and done.stderr.count("\n") == 1
+    assert message in done.stderr, done.stderr
+    assert not (tmp_path / "tuning.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("-o", "{tmp}/model.py"), "model.py exists and is not a tuning file; not overwriting it"),
+    (("-o", "{tmp}/t.json", "--repeats", "0"), "--repeats must be at least 1"),
+    ((), "--tune needs -o TUNING.json"),
+    (("-o", "{tmp}/t.json", "--device", "99"), "no OpenCL device 99; there are 0: "),
+])
+def test_bad_tune_arguments_are_one_line_exit_2(tuned, tmp_path, args, message):
+    (tmp_path / "model.py").write_text(MODEL)
+    done = run(BINARY, "--tune", tuned / "set", *(a.format(tmp=tmp_path) for a in args))
+    assert done.returncode == 2
+    assert done.stderr.startswith("texscope-run: error: ") and done.stderr.count("\n") == 1
+    assert message in done.stderr, done.stderr
+    assert (tmp_path / "model.py").read_text() == MODEL and not (tmp_path / "t.json").exists()
