@@ -182,3 +182,24 @@ def test_bad_tune_arguments_are_one_line_exit_2(tuned, tmp_path, args, message):
     assert done.stderr.startswith("texscope-run: error: ") and done.stderr.count("\n") == 1
     assert message in done.stderr, done.stderr
     assert (tmp_path / "model.py").read_text() == MODEL and not (tmp_path / "t.json").exists()
+
+
+def test_the_build_checks_the_runners_device_against_the_cost_profiles(tuned, tmp_path):
+    """A cost profile measured on the device the Python tuner names takes
+    the runner's file; one measured on another device refuses it."""
+    profile = json.loads((ROOT / "texscope" / "knowledge" / "profiles" / "adreno.json")
+                         .read_text())
+    python = json.loads((tuned / "python.json").read_text())
+    for name, device, accepted in (("here", python["device"], True),
+                                   ("phone", {"name": "Mali-G78"}, False)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({**profile, "device": device}))
+        built = run("texscope", "build", tuned / "model.py", "--target", "adreno-opencl",
+                    "--cost-profile", tmp_path / f"{name}.json",
+                    "--tuning", tuned / "native.json", "-o", tmp_path / f"out-{name}")
+        if accepted:
+            assert built.returncode == 0, built.stderr
+        else:
+            assert built.returncode == 2 and len(built.stderr.strip().splitlines()) == 1
+            assert f"native.json was measured on {python['device']['name']!r}, the cost " \
+                   "profile on 'Mali-G78'" in built.stderr, built.stderr
+            assert not (tmp_path / f"out-{name}").exists()
