@@ -191,7 +191,8 @@ class Session:
             raise TexscopeError(f"main takes {len(self.inputs)} inputs, got {len(inputs)}")
         arrays = []
         for spec, array in zip(self.inputs, inputs):
-            array = np.ascontiguousarray(array, dtype=spec.dtype)
+            # Not ascontiguousarray: it makes a scalar (a rank-0 input) 1-D.
+            array = np.asarray(array, dtype=spec.dtype, order="C")
             if array.shape != spec.shape:
                 raise TexscopeError(f"tensor {spec.name}: expected shape {list(spec.shape)}, "
                                     f"got {list(array.shape)}")

@@ -254,8 +254,9 @@ def squeeze(converter, call, rule) -> Inferred:
                      with_attrs(call.attrs, **{rule.axis_attr: squeezed}))
 
 
-def reduction(converter, call, rule) -> Inferred:
-    """TVM's InferLayoutStatistical, its string operations as they are."""
+def reduction(converter, call, rule) -> Inferred | None:
+    """TVM's InferLayoutStatistical, its string operations as they are; None
+    (the operand read in its own layout) for a reduction to a scalar."""
     converter.no_desired(call)
     ndim = known_ndim(call.args[0].ty)
     if ndim is None:
@@ -276,10 +277,11 @@ def reduction(converter, call, rule) -> Inferred:
         if not (c == "#" or (c.isdigit() and reference[i + 1:i + 2] == "#")))
     output = layout if getattr(call.attrs, "keepdims") else kept
     if not output:
-        # A scalar: TVM's layout of it differs from the one it starts a
-        # scalar in (it binds a permute_dims of no axes where it is read as
-        # a variable); its pass decides such modules.
-        raise Unsupported("reduction to a scalar")
+        # A scalar: reduced from the operand in its own layout.  TVM's pass
+        # writes it otherwise (a permute_dims of no axes where it is read as
+        # a variable) and, beside other packed calls, can fail ("Cannot
+        # broadcast from 5 to 4"): the one call reads plain, the rest packs.
+        return None
     axes_of(output)  # TVM parses it: a layout it cannot parse is its error
     return Inferred([layout], output, with_attrs(call.attrs, **{rule.axis_attr: new_axes}))
 

@@ -216,7 +216,9 @@ class _BlockConverter:
         self.reemit(binding, value)
         self.layouts[handle(var)] = initial
 
-    def infer(self, call: relax.Call) -> Inferred:
+    def infer(self, call: relax.Call) -> Inferred | None:
+        """The rule's layouts for ``call``; None where it reads its operands
+        in their own layouts."""
         rule = registry.LAYOUT_RULES.get(call.op.name)
         if rule is None:
             raise Unsupported(f"no layout rule for {call.op.name}")
