@@ -85,19 +85,27 @@ def two_convs_set(tmp_path_factory):
     return root
 
 
-def synthetic(manifest: dict, seconds) -> dict:
+def synthetic(manifest: dict, seconds, spread=0.0) -> dict:
     """A tuning document for a set's manifest, ``seconds(kernel, scopes)``
-    per variant and ``seconds(None, (source, target, shape))`` per copy."""
+    per variant and ``seconds(None, (source, target, shape))`` per copy;
+    each measured within ``spread`` (a fraction) of its time, or, with
+    ``spread=None``, with no spread recorded (as before it was)."""
+    def timed(value):
+        if spread is None:
+            return {"seconds": value}
+        return {"seconds": value, "min_seconds": value * (1 - spread),
+                "max_seconds": value * (1 + spread)}
+
     kernels = {key: {"name": k["name"], "positions": k["positions"], "shapes": k["shapes"],
                      "variants": []} for key, k in manifest["kernels"].items()}
     for variant in manifest["variants"]:
         kernels[variant["kernel"]]["variants"].append(
-            {"scopes": variant["scopes"], "seconds": seconds(variant["kernel"], variant["scopes"])})
+            {"scopes": variant["scopes"], **timed(seconds(variant["kernel"], variant["scopes"]))})
     return {"format": tuning.FORMAT, "version": tuning.VERSION, "model": manifest["model"],
             "model_fingerprint": manifest["model_fingerprint"], "target": manifest["target"],
-            "device": {"name": "synthetic"}, "kernels": kernels,
+            "device": {"name": "synthetic"}, "repeats": 9, "kernels": kernels,
             "copies": [{**{k: v for k, v in c.items() if k != "binding"},
-                        "seconds": seconds(None, (c["source"], c["target"], tuple(c["shape"])))}
+                        **timed(seconds(None, (c["source"], c["target"], tuple(c["shape"]))))}
                        for c in manifest["copies"]]}
 
 
