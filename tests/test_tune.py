@@ -351,3 +351,86 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
                      "-o", str(tmp_path / "refused"))
     assert not_tuning.returncode == 2 and len(not_tuning.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "refused").exists()
+
+
+# The guard: the measured optimum is kept only where it beats the better of
+# the all-buffer and all-texture plans (as the build makes them) by more than
+# the noise margin; otherwise that plan, exactly.
+
+
+def _weights_in_textures(manifest, gain):
+    """Every texture costs a kernel 1 ms more, but the conv's weights, which
+    save it ``gain`` s; copies cost a second: the optimum is the all-buffer
+    plan with the weights in textures, ``2 * gain`` faster."""
+    def seconds(kernel, scopes):
+        if kernel is None:
+            return 1.0
+        entry = manifest["kernels"][kernel]
+        extra = [-gain if entry["name"].startswith("conv2d") and position == "w1" else 1e-3
+                 for position, scope in zip(entry["positions"], scopes) if is_texture_scope(scope)]
+        return 1e-3 + sum(extra)
+    return seconds
+
+
+def _scopes(report):
+    return {t.name: t.scope for t in report.tensors}
+
+
+@pytest.mark.parametrize("gain, spread, kept, margin", [
+    (1e-5, None, "all-buffer", "default 3%"),   # 0.5% faster: inside the default 3%
+    (1e-4, None, "tuned", "default 3%"),        # 5% faster: outside it
+    (5e-5, 0.01, "tuned", "spread over 9 runs"),  # 2.5%, beyond the 1% spread measured
+    (1e-5, 0.01, "all-buffer", "spread over 9 runs"),  # 0.5%, inside it
+])
+def test_an_optimum_within_the_noise_margin_gives_the_all_buffer_plan(
+        two_convs_set, gain, spread, kept, margin):
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, _weights_in_textures(manifest, gain), spread)
+    tuned = build(two_convs(), TARGET, tuning=document).report
+    texture = texture_target(TARGET)
+    buffers = build(two_convs(), TARGET, profile=plan_profiles(texture)["all-buffer"]).report
+    (verdict,) = tuned.verdicts
+    assert verdict.kept == kept and margin in verdict.margin_source
+    assert verdict.tuned_s == pytest.approx(4e-3 - 2 * gain, rel=1e-9)
+    assert verdict.extremes["all-buffer"] == pytest.approx(4e-3, rel=1e-9)
+    if spread is None:
+        assert verdict.margin_s == pytest.approx(0.03 * 4e-3, rel=1e-9)
+    else:  # the two convs at their slowest against all-buffer's at their fastest
+        assert verdict.margin_s == pytest.approx(2 * spread * (2e-3 - gain), rel=1e-9)
+    if kept == "all-buffer":
+        assert _scopes(tuned) == _scopes(buffers) and tuned.copies == buffers.copies
+        assert verdict.reason.startswith(
+            f"tuned plan predicted {(4e-3 - 2 * gain) * 1e3:.3f} ms, all-buffer 4.000 ms: "
+            "within the noise margin")
+        assert "all-buffer kept" in verdict.reason
+    else:
+        assert {n for n, s in _scopes(tuned).items() if is_texture_scope(s)} == {"const0", "const1"}
+        assert "faster by more than the noise margin" in verdict.reason
+        assert "tuned plan kept" in verdict.reason
+
+
+def test_an_optimum_within_the_noise_margin_gives_the_all_texture_plan(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+
+    def seconds(kernel, scopes):
+        # Each texture saves a kernel 1 ms; the conv's weights save it
+        # 1.01 ms in a buffer: the optimum is all-texture but the weights,
+        # 0.02 ms (0.06%) faster.
+        if kernel is None:
+            return 1.0
+        entry = manifest["kernels"][kernel]
+        saved = [1e-3 for scope in scopes if is_texture_scope(scope)]
+        if entry["name"].startswith("conv2d") and not is_texture_scope(scopes[1]):
+            saved.append(1.01e-3)
+        return 1e-2 - sum(saved)
+
+    document = synthetic(manifest, seconds, spread=None)
+    tuned = build(two_convs(), TARGET, tuning=document).report
+    texture = texture_target(TARGET)
+    textures = build(two_convs(), TARGET, profile=plan_profiles(texture)["all-texture"]).report
+    (verdict,) = tuned.verdicts
+    assert verdict.kept == "all-texture", verdict.reason
+    assert verdict.extremes["all-texture"] - verdict.tuned_s == pytest.approx(2e-5, rel=1e-6)
+    assert verdict.extremes["all-texture"] < verdict.extremes["all-buffer"]
+    assert _scopes(tuned) == _scopes(textures) and tuned.copies == textures.copies
+    assert "within the noise margin" in verdict.reason and "all-texture kept" in verdict.reason
