@@ -141,6 +141,10 @@ def test_timed_tuning_file_round_trips(two_convs_set, tmp_path):
     assert loaded["model_fingerprint"] == manifest["model_fingerprint"]
     assert sum(len(k["variants"]) for k in loaded["kernels"].values()) == len(manifest["variants"])
     assert all(v["seconds"] > 0 for k in loaded["kernels"].values() for v in k["variants"])
+    # With one run, the fastest and slowest are the median: a zero spread.
+    assert all(v["min_seconds"] == v["seconds"] == v["max_seconds"]
+               for k in loaded["kernels"].values() for v in k["variants"])
+    assert all(c["min_seconds"] == c["seconds"] == c["max_seconds"] for c in loaded["copies"])
     assert len(loaded["copies"]) == len(manifest["copies"])
     assert all(c["seconds"] > 0 for c in loaded["copies"])
     result = build(two_convs(), TARGET, tuning=path)
@@ -157,6 +161,12 @@ def test_a_malformed_tuning_file_is_refused(tmp_path):
                                 "kernels": {"k": {"positions": ["in0"],
                                                   "variants": [{"scopes": [], "seconds": 1}]}}}))
     with pytest.raises(TexscopeError, match="one scope per position"):
+        tuning.load(path)
+    document = json.loads(path.read_text())
+    document["kernels"]["k"]["variants"] = [{"scopes": ["global"], "seconds": 2,
+                                             "min_seconds": 1, "max_seconds": 1.5}]
+    path.write_text(json.dumps(document))
+    with pytest.raises(TexscopeError, match="min_seconds 1.0 <= seconds 2.0 <= max_seconds"):
         tuning.load(path)
 
 
@@ -434,3 +444,41 @@ def test_an_optimum_within_the_noise_margin_gives_the_all_texture_plan(two_convs
     assert verdict.extremes["all-texture"] < verdict.extremes["all-buffer"]
     assert _scopes(tuned) == _scopes(textures) and tuned.copies == textures.copies
     assert "within the noise margin" in verdict.reason and "all-texture kept" in verdict.reason
+
+
+def test_the_guard_is_explained_by_the_installed_commands(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL_FILE.replace("C", "8"))
+    run = lambda *a: subprocess.run(a, capture_output=True, text=True)  # noqa: E731
+    made = run("texscope", "tune", str(model), "-o", str(tmp_path / "set"))
+    assert made.returncode == 0, made.stderr
+    manifest = tuning.read_set(tmp_path / "set")
+
+    def seconds(kernel, scopes):
+        # Textures cost a kernel 1 ms, but the weights' layout transform
+        # writes one for free and the conv reads one 5 us faster: the
+        # optimum, weights in a texture, is 0.2% faster than all-buffer.
+        if kernel is None:
+            return 1.0
+        entry = manifest["kernels"][kernel]
+        extra = {("conv2d", "in1"): -5e-6, ("te_layout_transform1", "out0"): 0.0}
+        return 1e-3 + sum(extra.get((entry["name"].split("_NCHWc")[0], position), 1e-3)
+                          for position, scope in zip(entry["positions"], scopes)
+                          if is_texture_scope(scope))
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(synthetic(manifest, seconds, spread=None)))
+    expected = ("tuned plan predicted 4.995 ms, all-buffer 5.000 ms: within the noise margin "
+                "0.150 ms (the default 3% of all-buffer's time: the tuning file records no "
+                "measurement spread), all-buffer kept")
+    explained = run("texscope", "explain", str(model), "--tuning", str(path))
+    assert explained.returncode == 0, explained.stderr
+    assert f"- main: {expected}" in explained.stdout
+    built = run("texscope", "build", str(model), "--tuning", str(path), "-o", str(tmp_path / "out"))
+    assert built.returncode == 0, built.stderr
+    assert f"main: {expected}" in built.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (verdict,) = report["tuned_plans"]
+    assert verdict["kept"] == "all-buffer" and verdict["reason"].startswith(expected)
+    assert report["summary"]["in_texture"] == 0
+    again = run("texscope", "explain", str(tmp_path / "out"))
+    assert again.returncode == 0 and f"- main: {expected}" in again.stdout
