@@ -179,6 +179,10 @@ def test_textures_losing_everywhere_give_an_all_buffer_plan(two_convs_set):
     result = build(two_convs(), TARGET, tuning=synthetic(manifest, seconds))
     assert result.report.summary()["in_texture"] == 0
     assert all("texture" not in k.chosen for k in result.report.kernels)
+    (verdict,) = result.report.verdicts
+    assert verdict.kept == "tuned" and verdict.margin_s == 0.0
+    assert verdict.reason.startswith("tuned plan predicted 4.000 ms, all-buffer 4.000 ms: the "
+                                     "optimum is the all-buffer plan itself, tuned plan kept")
 
 
 def test_textures_winning_everywhere_give_the_all_texture_plan(two_convs_set):
