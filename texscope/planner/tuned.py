@@ -22,6 +22,10 @@ exactly by ``scipy.optimize.milp`` (HiGHS' branch and bound):
   tensor inside a fused kernel is never copied (its reads equal its write);
 * minimise ``sum(time_kv y_kv) + sum(copy time c_t, b_t)`` + the cost
   profile's prices (in seconds) for the calls no tuned kernel covers.
+
+The same program, its storages fixed to the all-buffer and all-texture
+plans, prices those; the optimum is kept only where it beats the better of
+them by more than the measurements' noise (:func:`_verdict`).
 """
 
 from __future__ import annotations
