@@ -3,6 +3,7 @@
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -486,3 +487,42 @@ def test_the_guard_is_explained_by_the_installed_commands(tmp_path):
     assert report["summary"]["in_texture"] == 0
     again = run("texscope", "explain", str(tmp_path / "out"))
     assert again.returncode == 0 and f"- main: {expected}" in again.stdout
+
+
+def _opencl_modules(executable) -> int:
+    found = []
+
+    def walk(module):
+        found.append(module.kind == "opencl")
+        for sub in module.imports:
+            walk(sub)
+    walk(executable.mod)
+    return sum(found)
+
+
+def test_a_tuning_sets_kernels_are_generated_in_small_device_modules(monkeypatch, tmp_path):
+    # TVM's OpenCL code generation is quadratic in a module's kernels: the
+    # set's kernels go to modules of KERNELS_PER_DEVICE_MODULE each, the
+    # program unchanged.
+    from texscope.backend import build as build_module
+
+    built = []
+
+    def recording(*args, **kwargs):
+        result = build_module.compile_opencl(*args, **kwargs)
+        built.append(_opencl_modules(result[0]))
+        return result
+    monkeypatch.setattr(tuning_set, "compile_opencl", recording)
+    tuning_set.export(two_convs(), TARGET, tmp_path / "one", "two_convs", log=lambda *_: None)
+    monkeypatch.setattr(build_module, "KERNELS_PER_DEVICE_MODULE", 4)
+    tuning_set.export(two_convs(), TARGET, tmp_path / "many", "two_convs", log=lambda *_: None)
+    kernels = json.loads((tmp_path / "one" / tuning.PROGRAM / "plan.json").read_text())
+    assert json.loads((tmp_path / "many" / tuning.PROGRAM / "plan.json").read_text()) == kernels
+    functions = len(re.findall(r"(?m)^__kernel void \w+\([^;]*\{$",
+                               (tmp_path / "one" / tuning.PROGRAM / "kernels.cl").read_text()))
+    assert built == [1, -(-functions // 4)] and functions > 4
+
+    def bodies(folder):
+        source = (folder / tuning.PROGRAM / "kernels.cl").read_text()
+        return sorted(re.findall(r"(?ms)^__kernel void \w+\([^;]*?\{$.*?^\}$", source))
+    assert bodies(tmp_path / "many") == bodies(tmp_path / "one")
