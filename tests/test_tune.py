@@ -424,6 +424,15 @@ def test_an_optimum_within_the_noise_margin_gives_the_all_buffer_plan(
         assert "tuned plan kept" in verdict.reason
 
 
+def test_a_spread_of_too_few_runs_gives_the_default_margin(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, _weights_in_textures(manifest, 5e-5), spread=0.0)
+    (verdict,) = build(two_convs(), TARGET, tuning={**document, "repeats": 1}).report.verdicts
+    assert verdict.kept == "all-buffer"  # 2.5% faster: kept with the 1% spread above
+    assert "measured 1 run(s), too few for a spread (at least 3)" in verdict.margin_source
+    assert verdict.margin_s == pytest.approx(0.03 * 4e-3, rel=1e-9)
+
+
 def test_an_optimum_within_the_noise_margin_gives_the_all_texture_plan(two_convs_set):
     manifest = tuning.read_set(two_convs_set)
 

@@ -104,6 +104,7 @@ class MeasuredCosts:
 
 
 SPREAD = ("min_seconds", "max_seconds")
+SPREAD_RUNS = 3  # fewer runs say nothing of the noise (one run: no spread at all)
 
 
 def _spread(entry: Mapping) -> tuple[float, float]:
@@ -449,16 +450,17 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced) -> "Verdict
     if (extreme == best).all():
         return Verdict("tuned", tuned_s, times, 0.0, f"the optimum is the {label} plan itself",
                        label)
-    if measured.records_spread:
+    repeats = measured.document.get("repeats")
+    if measured.records_spread and isinstance(repeats, int) and repeats >= SPREAD_RUNS:
         only_tuned, only_extreme = (best == 1) & (extreme == 0), (extreme == 1) & (best == 0)
         margin_s = float(np.dot(high - cost, only_tuned) + np.dot(cost - low, only_extreme))
-        repeats = measured.document.get("repeats", "its")
         source = (f"the tuning file's spread over {repeats} runs: the tuned plan's kernels and "
                   f"copies that differ from {label}'s at their slowest, {label}'s at their fastest")
     else:
         margin_s = TUNING_MARGIN.value * abs(extreme_s)
-        source = (f"the default {TUNING_MARGIN.value:.0%} of {label}'s time: the tuning file "
-                  "records no measurement spread")
+        why = ("records no measurement spread" if not measured.records_spread else
+               f"measured {repeats} run(s), too few for a spread (at least {SPREAD_RUNS})")
+        source = f"the default {TUNING_MARGIN.value:.0%} of {label}'s time: the tuning file {why}"
     kept = "tuned" if tuned_s + margin_s < extreme_s else label
     return Verdict(kept, tuned_s, times, margin_s, source, label)
 
