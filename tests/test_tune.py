@@ -3,6 +3,7 @@
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -85,19 +86,27 @@ def two_convs_set(tmp_path_factory):
     return root
 
 
-def synthetic(manifest: dict, seconds) -> dict:
+def synthetic(manifest: dict, seconds, spread=0.0) -> dict:
     """A tuning document for a set's manifest, ``seconds(kernel, scopes)``
-    per variant and ``seconds(None, (source, target, shape))`` per copy."""
+    per variant and ``seconds(None, (source, target, shape))`` per copy;
+    each measured within ``spread`` (a fraction) of its time, or, with
+    ``spread=None``, with no spread recorded (as before it was)."""
+    def timed(value):
+        if spread is None:
+            return {"seconds": value}
+        return {"seconds": value, "min_seconds": value * (1 - spread),
+                "max_seconds": value * (1 + spread)}
+
     kernels = {key: {"name": k["name"], "positions": k["positions"], "shapes": k["shapes"],
                      "variants": []} for key, k in manifest["kernels"].items()}
     for variant in manifest["variants"]:
         kernels[variant["kernel"]]["variants"].append(
-            {"scopes": variant["scopes"], "seconds": seconds(variant["kernel"], variant["scopes"])})
+            {"scopes": variant["scopes"], **timed(seconds(variant["kernel"], variant["scopes"]))})
     return {"format": tuning.FORMAT, "version": tuning.VERSION, "model": manifest["model"],
             "model_fingerprint": manifest["model_fingerprint"], "target": manifest["target"],
-            "device": {"name": "synthetic"}, "kernels": kernels,
+            "device": {"name": "synthetic"}, "repeats": 9, "kernels": kernels,
             "copies": [{**{k: v for k, v in c.items() if k != "binding"},
-                        "seconds": seconds(None, (c["source"], c["target"], tuple(c["shape"])))}
+                        **timed(seconds(None, (c["source"], c["target"], tuple(c["shape"]))))}
                        for c in manifest["copies"]]}
 
 
@@ -133,6 +142,10 @@ def test_timed_tuning_file_round_trips(two_convs_set, tmp_path):
     assert loaded["model_fingerprint"] == manifest["model_fingerprint"]
     assert sum(len(k["variants"]) for k in loaded["kernels"].values()) == len(manifest["variants"])
     assert all(v["seconds"] > 0 for k in loaded["kernels"].values() for v in k["variants"])
+    # With one run, the fastest and slowest are the median: a zero spread.
+    assert all(v["min_seconds"] == v["seconds"] == v["max_seconds"]
+               for k in loaded["kernels"].values() for v in k["variants"])
+    assert all(c["min_seconds"] == c["seconds"] == c["max_seconds"] for c in loaded["copies"])
     assert len(loaded["copies"]) == len(manifest["copies"])
     assert all(c["seconds"] > 0 for c in loaded["copies"])
     result = build(two_convs(), TARGET, tuning=path)
@@ -150,6 +163,12 @@ def test_a_malformed_tuning_file_is_refused(tmp_path):
                                                   "variants": [{"scopes": [], "seconds": 1}]}}}))
     with pytest.raises(TexscopeError, match="one scope per position"):
         tuning.load(path)
+    document = json.loads(path.read_text())
+    document["kernels"]["k"]["variants"] = [{"scopes": ["global"], "seconds": 2,
+                                             "min_seconds": 1, "max_seconds": 1.5}]
+    path.write_text(json.dumps(document))
+    with pytest.raises(TexscopeError, match="min_seconds 1.0 <= seconds 2.0 <= max_seconds"):
+        tuning.load(path)
 
 
 def test_textures_losing_everywhere_give_an_all_buffer_plan(two_convs_set):
@@ -161,6 +180,10 @@ def test_textures_losing_everywhere_give_an_all_buffer_plan(two_convs_set):
     result = build(two_convs(), TARGET, tuning=synthetic(manifest, seconds))
     assert result.report.summary()["in_texture"] == 0
     assert all("texture" not in k.chosen for k in result.report.kernels)
+    (verdict,) = result.report.verdicts
+    assert verdict.kept == "tuned" and verdict.margin_s == 0.0
+    assert verdict.reason.startswith("tuned plan predicted 4.000 ms, all-buffer 4.000 ms: the "
+                                     "optimum is the all-buffer plan itself, tuned plan kept")
 
 
 def test_textures_winning_everywhere_give_the_all_texture_plan(two_convs_set):
@@ -343,3 +366,172 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
                      "-o", str(tmp_path / "refused"))
     assert not_tuning.returncode == 2 and len(not_tuning.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "refused").exists()
+
+
+# The guard: the measured optimum is kept only where it beats the better of
+# the all-buffer and all-texture plans (as the build makes them) by more than
+# the noise margin; otherwise that plan, exactly.
+
+
+def _weights_in_textures(manifest, gain):
+    """Every texture costs a kernel 1 ms more, but the conv's weights, which
+    save it ``gain`` s; copies cost a second: the optimum is the all-buffer
+    plan with the weights in textures, ``2 * gain`` faster."""
+    def seconds(kernel, scopes):
+        if kernel is None:
+            return 1.0
+        entry = manifest["kernels"][kernel]
+        extra = [-gain if entry["name"].startswith("conv2d") and position == "w1" else 1e-3
+                 for position, scope in zip(entry["positions"], scopes) if is_texture_scope(scope)]
+        return 1e-3 + sum(extra)
+    return seconds
+
+
+def _scopes(report):
+    return {t.name: t.scope for t in report.tensors}
+
+
+@pytest.mark.parametrize("gain, spread, kept, margin", [
+    (1e-5, None, "all-buffer", "default 3%"),   # 0.5% faster: inside the default 3%
+    (1e-4, None, "tuned", "default 3%"),        # 5% faster: outside it
+    (5e-5, 0.01, "tuned", "spread over 9 runs"),  # 2.5%, beyond the 1% spread measured
+    (1e-5, 0.01, "all-buffer", "spread over 9 runs"),  # 0.5%, inside it
+])
+def test_an_optimum_within_the_noise_margin_gives_the_all_buffer_plan(
+        two_convs_set, gain, spread, kept, margin):
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, _weights_in_textures(manifest, gain), spread)
+    tuned = build(two_convs(), TARGET, tuning=document).report
+    texture = texture_target(TARGET)
+    buffers = build(two_convs(), TARGET, profile=plan_profiles(texture)["all-buffer"]).report
+    (verdict,) = tuned.verdicts
+    assert verdict.kept == kept and margin in verdict.margin_source
+    assert verdict.tuned_s == pytest.approx(4e-3 - 2 * gain, rel=1e-9)
+    assert verdict.extremes["all-buffer"] == pytest.approx(4e-3, rel=1e-9)
+    if spread is None:
+        assert verdict.margin_s == pytest.approx(0.03 * 4e-3, rel=1e-9)
+    else:  # the two convs at their slowest against all-buffer's at their fastest
+        assert verdict.margin_s == pytest.approx(2 * spread * (2e-3 - gain), rel=1e-9)
+    if kept == "all-buffer":
+        assert _scopes(tuned) == _scopes(buffers) and tuned.copies == buffers.copies
+        assert verdict.reason.startswith(
+            f"tuned plan predicted {(4e-3 - 2 * gain) * 1e3:.3f} ms, all-buffer 4.000 ms: "
+            "within the noise margin")
+        assert "all-buffer kept" in verdict.reason
+    else:
+        assert {n for n, s in _scopes(tuned).items() if is_texture_scope(s)} == {"const0", "const1"}
+        assert "faster by more than the noise margin" in verdict.reason
+        assert "tuned plan kept" in verdict.reason
+
+
+def test_a_spread_of_too_few_runs_gives_the_default_margin(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, _weights_in_textures(manifest, 5e-5), spread=0.0)
+    (verdict,) = build(two_convs(), TARGET, tuning={**document, "repeats": 1}).report.verdicts
+    assert verdict.kept == "all-buffer"  # 2.5% faster: kept with the 1% spread above
+    assert "measured 1 run(s), too few for a spread (at least 3)" in verdict.margin_source
+    assert verdict.margin_s == pytest.approx(0.03 * 4e-3, rel=1e-9)
+
+
+def test_an_optimum_within_the_noise_margin_gives_the_all_texture_plan(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+
+    def seconds(kernel, scopes):
+        # Each texture saves a kernel 1 ms; the conv's weights save it
+        # 1.01 ms in a buffer: the optimum is all-texture but the weights,
+        # 0.02 ms (0.06%) faster.
+        if kernel is None:
+            return 1.0
+        entry = manifest["kernels"][kernel]
+        saved = [1e-3 for scope in scopes if is_texture_scope(scope)]
+        if entry["name"].startswith("conv2d") and not is_texture_scope(scopes[1]):
+            saved.append(1.01e-3)
+        return 1e-2 - sum(saved)
+
+    document = synthetic(manifest, seconds, spread=None)
+    tuned = build(two_convs(), TARGET, tuning=document).report
+    texture = texture_target(TARGET)
+    textures = build(two_convs(), TARGET, profile=plan_profiles(texture)["all-texture"]).report
+    (verdict,) = tuned.verdicts
+    assert verdict.kept == "all-texture", verdict.reason
+    assert verdict.extremes["all-texture"] - verdict.tuned_s == pytest.approx(2e-5, rel=1e-6)
+    assert verdict.extremes["all-texture"] < verdict.extremes["all-buffer"]
+    assert _scopes(tuned) == _scopes(textures) and tuned.copies == textures.copies
+    assert "within the noise margin" in verdict.reason and "all-texture kept" in verdict.reason
+
+
+def test_the_guard_is_explained_by_the_installed_commands(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL_FILE.replace("C", "8"))
+    run = lambda *a: subprocess.run(a, capture_output=True, text=True)  # noqa: E731
+    made = run("texscope", "tune", str(model), "-o", str(tmp_path / "set"))
+    assert made.returncode == 0, made.stderr
+    manifest = tuning.read_set(tmp_path / "set")
+
+    def seconds(kernel, scopes):
+        # Textures cost a kernel 1 ms, but the weights' layout transform
+        # writes one for free and the conv reads one 5 us faster: the
+        # optimum, weights in a texture, is 0.2% faster than all-buffer.
+        if kernel is None:
+            return 1.0
+        entry = manifest["kernels"][kernel]
+        extra = {("conv2d", "in1"): -5e-6, ("te_layout_transform1", "out0"): 0.0}
+        return 1e-3 + sum(extra.get((entry["name"].split("_NCHWc")[0], position), 1e-3)
+                          for position, scope in zip(entry["positions"], scopes)
+                          if is_texture_scope(scope))
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(synthetic(manifest, seconds, spread=None)))
+    expected = ("tuned plan predicted 4.995 ms, all-buffer 5.000 ms: within the noise margin "
+                "0.150 ms (the default 3% of all-buffer's time: the tuning file records no "
+                "measurement spread), all-buffer kept")
+    explained = run("texscope", "explain", str(model), "--tuning", str(path))
+    assert explained.returncode == 0, explained.stderr
+    assert f"- main: {expected}" in explained.stdout
+    built = run("texscope", "build", str(model), "--tuning", str(path), "-o", str(tmp_path / "out"))
+    assert built.returncode == 0, built.stderr
+    assert f"main: {expected}" in built.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (verdict,) = report["tuned_plans"]
+    assert verdict["kept"] == "all-buffer" and verdict["reason"].startswith(expected)
+    assert report["summary"]["in_texture"] == 0
+    again = run("texscope", "explain", str(tmp_path / "out"))
+    assert again.returncode == 0 and f"- main: {expected}" in again.stdout
+
+
+def _opencl_modules(executable) -> int:
+    found = []
+
+    def walk(module):
+        found.append(module.kind == "opencl")
+        for sub in module.imports:
+            walk(sub)
+    walk(executable.mod)
+    return sum(found)
+
+
+def test_a_tuning_sets_kernels_are_generated_in_small_device_modules(monkeypatch, tmp_path):
+    # TVM's OpenCL code generation is quadratic in a module's kernels: the
+    # set's kernels go to modules of KERNELS_PER_DEVICE_MODULE each, the
+    # program unchanged.
+    from texscope.backend import build as build_module
+
+    built = []
+
+    def recording(*args, **kwargs):
+        result = build_module.compile_opencl(*args, **kwargs)
+        built.append(_opencl_modules(result[0]))
+        return result
+    monkeypatch.setattr(tuning_set, "compile_opencl", recording)
+    tuning_set.export(two_convs(), TARGET, tmp_path / "one", "two_convs", log=lambda *_: None)
+    monkeypatch.setattr(build_module, "KERNELS_PER_DEVICE_MODULE", 4)
+    tuning_set.export(two_convs(), TARGET, tmp_path / "many", "two_convs", log=lambda *_: None)
+    kernels = json.loads((tmp_path / "one" / tuning.PROGRAM / "plan.json").read_text())
+    assert json.loads((tmp_path / "many" / tuning.PROGRAM / "plan.json").read_text()) == kernels
+    functions = len(re.findall(r"(?m)^__kernel void \w+\([^;]*\{$",
+                               (tmp_path / "one" / tuning.PROGRAM / "kernels.cl").read_text()))
+    assert built == [1, -(-functions // 4)] and functions > 4
+
+    def bodies(folder):
+        source = (folder / tuning.PROGRAM / "kernels.cl").read_text()
+        return sorted(re.findall(r"(?ms)^__kernel void \w+\([^;]*?\{$.*?^\}$", source))
+    assert bodies(tmp_path / "many") == bodies(tmp_path / "one")

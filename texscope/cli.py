@@ -97,6 +97,8 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
               f"their measured time; {len(report.untuned)} calls by the cost profile"
               + (f" ({', '.join(report.untuned[:5])}{', ...' * (len(report.untuned) > 5)})"
                  if report.untuned else ""))
+        for verdict in report.verdicts:
+            print(f"  {verdict.function}: {verdict.reason}")
     if time_passes:
         from .diagnostics.pass_timing import render
 
@@ -215,7 +217,7 @@ def cmd_explain(args) -> None:
     else:
         report = _planned_report(args)
     print(explain(report, args.tensor))
-    if report.kernels or report.untuned:
+    if report.kernels or report.untuned or report.verdicts:
         print("\n".join(report.kernel_lines()).strip("\n"))
     if args.svg:
         print(f"graph: {graph_svg(report, args.svg, focus=args.tensor)}")

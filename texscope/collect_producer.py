@@ -26,11 +26,12 @@ from __future__ import annotations
 import attrs
 
 from .planner import cost
-from .collect_consumer import ConsumerInfo, Demand
+from .collect_consumer import ConsumerInfo, Demand, consumer_demands
 from .errors import TexscopeError
 from .ir.graph import FunctionGraph, Tensor
 from .planner import tuned
 from .planner.mincut import INFINITE, BinaryEnergy
+from .knowledge.profile import extreme_profiles
 from .knowledge.registry import ANY, BUFFER, Storage
 from .knowledge.targets import BUFFER_SCOPE, is_texture_scope
 
@@ -239,9 +240,21 @@ def _demand_groups(consumers: ConsumerInfo):
 def _tuned(consumers: ConsumerInfo):
     graph = consumers.graph
     group_of, pairs = _demand_groups(consumers)
-    result = tuned.plan(consumers, graph.texture.tuning, graph.texture.profile, group_of,
-                        lambda tensor: writable(graph, tensor)[0], pairs)
-    return result
+    return tuned.plan(consumers, graph.texture.tuning, graph.texture.profile, group_of,
+                      lambda tensor: writable(graph, tensor)[0], pairs,
+                      extremes=_extremes(consumers))
+
+
+def _extremes(consumers: ConsumerInfo) -> dict:
+    """The all-buffer and all-texture plans as the build makes them (the
+    profile planner under :func:`texscope.knowledge.profile.extreme_profiles`):
+    (storages, reads per tensor) each, for the tuned plan's guard."""
+    graph = consumers.graph
+    found = {}
+    for label, profile in extreme_profiles(graph.texture.profile).items():
+        texture = attrs.evolve(graph.texture, profile=profile, tuning=None)
+        found[label] = _optimal(consumer_demands(attrs.evolve(graph, texture=texture)))
+    return found
 
 
 def measured_seconds(plan: ProducerInfo) -> float | None:

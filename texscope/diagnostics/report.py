@@ -61,6 +61,21 @@ class KernelRow:
 
 
 @attrs.frozen
+class VerdictRow:
+    """Whether a function's measured optimum was kept against the simple
+    plans (:class:`texscope.planner.tuned.Verdict`): ``kept`` (``"tuned"``,
+    ``"all-buffer"`` or ``"all-texture"``) and the reason, in words."""
+
+    function: str
+    kept: str
+    reason: str
+    tuned_s: float
+    extremes: dict
+    margin_s: float
+    margin_source: str
+
+
+@attrs.frozen
 class Report:
     """Per tensor: shape, dtype, scope and reason; the copies planned; totals.
 
@@ -77,6 +92,8 @@ class Report:
     # Calls no tuned kernel covered (priced by the cost profile), per function.
     untuned: tuple[str, ...] = ()
     model: str = ""  # what the user built (the file's name), for titles
+    # Per function, the tuned plan against all-buffer and all-texture.
+    verdicts: tuple[VerdictRow, ...] = ()
 
     @property
     def title(self) -> str:
@@ -86,9 +103,14 @@ class Report:
 
     @classmethod
     def from_plans(cls, target: str, plans: dict[str, ProducerInfo], build=None) -> "Report":
-        tensors, copies, edges, kernels, untuned = [], [], [], [], []
+        tensors, copies, edges, kernels, untuned, verdicts = [], [], [], [], [], []
         for function, plan in sorted(plans.items()):
             graph = plan.graph
+            verdict = getattr(plan.tuned, "verdict", None)
+            if verdict is not None:
+                verdicts.append(VerdictRow(function, verdict.kept, verdict.reason,
+                                           verdict.tuned_s, dict(verdict.extremes),
+                                           verdict.margin_s, verdict.margin_source))
             if plan.tuned is not None:
                 kernels += [KernelRow(function, k.kernel, k.call, ", ".join(k.chosen), k.seconds,
                                       {", ".join(a): sec for a, sec in k.alternatives})
@@ -113,7 +135,7 @@ class Report:
                     copies.append(CopyRow(function, tensor.name, choice.scope, destination,
                                           tensor.nbytes, choice.copied_for))
         return cls(target, tuple(tensors), tuple(copies), dict(build or {}), tuple(edges),
-                   tuple(kernels), tuple(untuned))
+                   tuple(kernels), tuple(untuned), verdicts=tuple(verdicts))
 
     def counts(self) -> dict[str, int]:
         """Tensors per memory scope."""
@@ -139,7 +161,9 @@ class Report:
              "copies": [attrs.asdict(c) for c in self.copies],
              "edges": [attrs.asdict(e) for e in self.edges],
              **({"kernels": [attrs.asdict(k) for k in self.kernels],
-                 "untuned": list(self.untuned)} if self.kernels or self.untuned else {})},
+                 "untuned": list(self.untuned)} if self.kernels or self.untuned else {}),
+             **({"tuned_plans": [attrs.asdict(v) for v in self.verdicts]}
+                if self.verdicts else {})},
             indent=2,
         )
 
@@ -158,8 +182,9 @@ class Report:
         copies = tuple(CopyRow(**{**c, "readers": tuple(c["readers"])}) for c in data["copies"])
         edges = tuple(EdgeRow(**e) for e in data.get("edges", ()))
         kernels = tuple(KernelRow(**k) for k in data.get("kernels", ()))
+        verdicts = tuple(VerdictRow(**v) for v in data.get("tuned_plans", ()))
         return cls(target, tensors, copies, summary, edges, kernels=kernels,
-                   untuned=tuple(data.get("untuned", ())), model=model)
+                   untuned=tuple(data.get("untuned", ())), model=model, verdicts=verdicts)
 
     def to_markdown(self) -> str:
         lines = [f"# texscope report: {self.title}", ""]
@@ -186,7 +211,7 @@ class Report:
 
     def kernel_lines(self) -> list[str]:
         """The measured kernels' section (empty without a tuning file)."""
-        if not self.kernels and not self.untuned:
+        if not self.kernels and not self.untuned and not self.verdicts:
             return []
         lines = ["", "## Kernels, measured (tuning file)", "",
                  "| function | kernel | call | chosen | time | alternatives |", "|---|---|---|---|---|---|"]
@@ -196,4 +221,9 @@ class Report:
                          f"{k.seconds * 1e6:.1f} us | {others or '-'} |")
         lines += ["", "Priced by the cost profile (not in the tuning file): "
                   + (", ".join(self.untuned) if self.untuned else "none.")]
+        if self.verdicts:
+            lines += ["", "Against the simple plans (the tuned plan is kept only where it beats "
+                      "the better of all-buffer and all-texture by more than the noise margin):",
+                      ""]
+            lines += [f"- {v.function}: {v.reason}" for v in self.verdicts]
         return lines

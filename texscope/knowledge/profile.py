@@ -114,6 +114,25 @@ class CostProfile:
                             for k, v in sorted(self.kernels.items())))
 
 
+# A gain that makes every eligible tensor a texture (or, negated, none): far
+# above any copy's price, yet not so far that a large model's cut overflows.
+EVERYWHERE = 10.0
+
+# How much a tuned plan must beat the better of all-buffer and all-texture,
+# by its predicted time, to be kept, where the tuning file records no
+# measurement spread to derive it from.
+TUNING_MARGIN = Price(0.03, "zoo mobilenet_v2 on an NVIDIA H200 (docs/benchmarks.md, tuned "
+                            "plans): predicted 0.5% faster than all-buffer, measured 8% slower; "
+                            "the other eight models were predicted 6-24% faster and were")
+
+
+def extreme_profiles(base: CostProfile) -> dict[str, CostProfile]:
+    """``base`` pricing every eligible tensor into a texture, and into none:
+    the profiles of the all-texture and all-buffer plans."""
+    return {"all-texture": base.with_gains(EVERYWHERE, EVERYWHERE, "every eligible tensor a texture"),
+            "all-buffer": base.with_gains(-EVERYWHERE, -EVERYWHERE, "no tensor a texture")}
+
+
 def _price(value, where: str, positive: bool = False) -> Price:
     if not isinstance(value, Mapping) or set(value) - {"value", "source"} or "value" not in value:
         raise TexscopeError(f"{where}: expected {{\"value\": number, \"source\": text}}, "

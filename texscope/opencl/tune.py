@@ -5,7 +5,8 @@ program (every variant of every kernel, and every copy a plan could need,
 each one binding: :mod:`texscope.backend.tuning.tuning_set`) runs once to warm up
 (compile, first touch), then ``--repeats`` times; a variant's time is the
 median over the runs of its launches' summed profiling-event time, a
-copy's likewise.  The tuning file (:mod:`texscope.opencl.tuning`) records
+copy's likewise; the fastest and slowest run are kept beside it
+(``min_seconds``, ``max_seconds``): the spread the planner's guard weighs.  The tuning file (:mod:`texscope.opencl.tuning`) records
 the device, driver, model and target the times belong to.
 """
 
@@ -47,19 +48,23 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
             per_binding.setdefault(binding, []).append(seconds)
         progress.step(f"run {run + 1}")
 
-    def median(binding: str) -> float:
+    def timed(binding: str) -> dict:
+        """The median and, as the planner's noise margin, the fastest and
+        slowest run."""
         if binding not in per_binding:
             raise TexscopeError(f"{root}: the program runs nothing for binding {binding!r}")
-        return statistics.median(per_binding[binding])
+        runs = per_binding[binding]
+        return {"seconds": statistics.median(runs), "min_seconds": min(runs),
+                "max_seconds": max(runs)}
 
     kernels = {key: {"name": kernel["name"], "positions": kernel["positions"],
                      "shapes": kernel["shapes"], "variants": []}
                for key, kernel in manifest["kernels"].items()}
     for variant in manifest["variants"]:
         kernels[variant["kernel"]]["variants"].append(
-            {"scopes": variant["scopes"], "seconds": median(variant["binding"])})
-    copies = [{**{k: v for k, v in copy.items() if k != "binding"},
-               "seconds": median(copy["binding"])} for copy in manifest["copies"]]
+            {"scopes": variant["scopes"], **timed(variant["binding"])})
+    copies = [{**{k: v for k, v in copy.items() if k != "binding"}, **timed(copy["binding"])}
+              for copy in manifest["copies"]]
     return {
         "format": tuning.FORMAT,
         "version": tuning.VERSION,
@@ -70,7 +75,8 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "repeats": repeats,
         "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
-                   f"median of {repeats} runs of the whole tuning program"),
+                   f"median of {repeats} runs of the whole tuning program (min and max: the "
+                   f"fastest and slowest)"),
         "kernels": kernels,
         "copies": copies,
     }

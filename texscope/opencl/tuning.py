@@ -12,7 +12,9 @@ was measured for (``texscope build --tuning`` refuses it for anything else);
 out) its ``name``, operand ``positions`` (``in0``..., ``out0``...) and
 ``variants``, each ``{"scopes": [one per position], "seconds": median}``;
 ``copies``: ``{"shape", "dtype", "source", "target", "seconds"}``, one per
-copy size and direction a plan could need.
+copy size and direction a plan could need.  Each variant and copy may also
+give ``min_seconds`` and ``max_seconds``, its fastest and slowest run (the
+spread the tuned planner's guard weighs; files without them still read).
 """
 
 from __future__ import annotations
@@ -92,12 +94,28 @@ def check_tuning(document, origin: str) -> dict:
         for variant in kernel["variants"]:
             if not isinstance(variant, dict) or len(variant.get("scopes", ())) != len(positions):
                 raise TexscopeError(f"{where}: each variant needs one scope per position")
-            _seconds(variant.get("seconds"), where)
+            _timed(variant, where)
     if not isinstance(document.get("copies"), list):
         raise TexscopeError(f"{origin}: \"copies\" must be a list")
     for copy in document["copies"]:
-        _seconds(copy.get("seconds") if isinstance(copy, dict) else None, f"{origin}: copies")
+        if not isinstance(copy, dict):
+            raise TexscopeError(f"{origin}: copies: each copy must be an object")
+        _timed(copy, f"{origin}: copies")
     return document
+
+
+def _timed(entry: dict, where: str) -> None:
+    """``seconds`` and, where recorded (optional: older files lack them),
+    ``min_seconds <= seconds <= max_seconds``."""
+    median = _seconds(entry.get("seconds"), where)
+    if ("min_seconds" in entry) != ("max_seconds" in entry):
+        raise TexscopeError(f"{where}: \"min_seconds\" and \"max_seconds\" go together")
+    if "min_seconds" in entry:
+        low = _seconds(entry["min_seconds"], where)
+        high = _seconds(entry["max_seconds"], where)
+        if not low <= median <= high:
+            raise TexscopeError(f"{where}: min_seconds {low} <= seconds {median} <= max_seconds "
+                                f"{high} does not hold")
 
 
 def load(path) -> dict:

@@ -22,6 +22,10 @@ exactly by ``scipy.optimize.milp`` (HiGHS' branch and bound):
   tensor inside a fused kernel is never copied (its reads equal its write);
 * minimise ``sum(time_kv y_kv) + sum(copy time c_t, b_t)`` + the cost
   profile's prices (in seconds) for the calls no tuned kernel covers.
+
+The same program, its storages fixed to the all-buffer and all-texture
+plans, prices those; the optimum is kept only where it beats the better of
+them by more than the measurements' noise (:func:`_verdict`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from ..errors import TexscopeError
+from ..knowledge.profile import TUNING_MARGIN
 from ..knowledge.registry import Storage
 from ..knowledge.targets import is_texture_scope
 from . import cost as plan_cost
@@ -66,18 +71,45 @@ class MeasuredCosts:
 
     def variants(self, key: str) -> list[tuple[tuple[bool, ...], float]]:
         """A kernel's measured variants: per position whether texture, and seconds."""
+        return [(textures, seconds) for textures, seconds, _ in self.spread_variants(key)]
+
+    def spread_variants(self, key: str):
+        """:meth:`variants` with each one's spread: (fastest, slowest) run
+        in seconds, the median twice where the file records none."""
         kernel = self.document["kernels"].get(key)
         if kernel is None:
             return []
-        return [(tuple(is_texture_scope(s) for s in v["scopes"]), float(v["seconds"]))
+        return [(tuple(is_texture_scope(s) for s in v["scopes"]), float(v["seconds"]), _spread(v))
                 for v in kernel["variants"]]
 
     def copy_seconds(self, shape, dtype: str, to_texture: bool) -> float | None:
+        copy = self.copy(shape, dtype, to_texture)
+        return None if copy is None else float(copy["seconds"])
+
+    def copy(self, shape, dtype: str, to_texture: bool) -> Mapping | None:
+        """The measured copy of this shape and direction (None: not measured)."""
         for copy in self.document["copies"]:
             if list(copy["shape"]) == list(shape) and copy["dtype"] == dtype \
                     and is_texture_scope(copy["target"]) == to_texture:
-                return float(copy["seconds"])
+                return copy
         return None
+
+    @property
+    def records_spread(self) -> bool:
+        """Whether every variant and copy has its fastest and slowest run
+        (``python -m texscope.opencl.tune`` writes them; older files do not)."""
+        entries = [*(v for k in self.document["kernels"].values() for v in k["variants"]),
+                   *self.document["copies"]]
+        return bool(entries) and all(SPREAD[0] in e and SPREAD[1] in e for e in entries)
+
+
+SPREAD = ("min_seconds", "max_seconds")
+SPREAD_RUNS = 3  # fewer runs say nothing of the noise (one run: no spread at all)
+
+
+def _spread(entry: Mapping) -> tuple[float, float]:
+    median = float(entry["seconds"])
+    return float(entry.get(SPREAD[0], median)), float(entry.get(SPREAD[1], median))
 
 
 @attrs.frozen
@@ -98,6 +130,7 @@ class TunedPlan:
     kernels: tuple[KernelChoice, ...]
     uncovered: tuple[str, ...]
     predicted_s: float
+    verdict: "Verdict | None" = None  # against the simple plans, where they were given
 
 
 def _label(textures: tuple[bool, ...], positions) -> tuple[str, ...]:
@@ -222,7 +255,7 @@ def _members(graph, use: KernelUse, names: "Names"):
 
 
 def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
-         sync_pairs, given=None) -> TunedPlan | None:
+         sync_pairs, given=None, extremes=None) -> TunedPlan | None:
     """The storages of least measured time (see the module docstring).
 
     ``group_of`` maps (tensor, demand position) to its demand group (an
@@ -232,11 +265,16 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     ``given`` (storages, reads per tensor), a plan made otherwise, fixes
     every storage: the result then prices that plan by the same measured
     costs (None where it uses a variant the tuning never measured).
+    ``extremes`` (label: (storages, reads)), the all-buffer and all-texture
+    plans as the build makes them: the optimum is kept only where it beats
+    the better of them by more than the noise margin (:func:`_verdict`),
+    else that plan is returned; the result's ``verdict`` says which and why.
     """
     graph = consumers.graph
     per_byte = profile.copy_seconds_per_byte.value
     launch_s = profile.copy_seconds_per_launch.value
     cost: list[float] = []
+    spread: dict[int, tuple[float, float]] = {}  # measured costs' (fastest, slowest) runs
 
     def var(c=0.0):
         cost.append(c)
@@ -259,10 +297,12 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
         if Storage.BUFFER not in allowed:
             fixed[s[tensor.index]] = 1
         for to_texture, column in ((True, tex_copy), (False, buf_copy)):
-            seconds = measured.copy_seconds(tensor.shape, tensor.dtype, to_texture) \
+            copy = measured.copy(tensor.shape, tensor.dtype, to_texture) \
                 if tensor.shape is not None else None
-            cost[column[tensor.index]] = seconds if seconds is not None else \
+            cost[column[tensor.index]] = float(copy["seconds"]) if copy is not None else \
                 tensor.nbytes * per_byte + launch_s
+            if copy is not None:
+                spread[column[tensor.index]] = _spread(copy)
     for (tensor, position), group in group_of.items():
         demand = consumers.demands[tensor][position]
         g = r[group]
@@ -282,7 +322,8 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     uncovered = []
     names = Names(graph, measured.aliases.get(graph.function))
     for use in measured.uses.get(graph.function, ()):
-        variants = measured.variants(use.key)
+        measured_variants = measured.spread_variants(use.key)
+        variants = [(textures, seconds) for textures, seconds, _ in measured_variants]
         sites, operands = _members(graph, use, names)
         if not variants or sites is None or not sites or covered & set(sites):
             uncovered.append(use.name)
@@ -313,6 +354,7 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
             if demand.call in sites and r[group] not in linked and tensor not in inside:
                 fixed[r[group]] = 0  # read as the tuned variants read it: a buffer
         ys = [var(seconds) for _, seconds in variants]
+        spread.update((y, runs) for y, (_, _, runs) in zip(ys, measured_variants))
         constrain({y: 1 for y in ys}, 1, 1)
         for p, v in enumerate(position_vars):
             coeffs = {y: 1 for y, (tex, _) in zip(ys, variants) if tex[p]}
@@ -333,41 +375,127 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
         if site.index not in covered and site.name not in uncovered:
             uncovered.append(site.name)
 
-    if given is not None:
-        storages_given, reads_given = given
-        for tensor, storage in enumerate(storages_given):
-            fixed[s[tensor]] = int(storage is Storage.TEXTURE)
-        for (tensor, position), group in group_of.items():
-            fixed[r[group]] = int(reads_given[tensor][position] is Storage.TEXTURE)
     n = len(cost)
     matrix = np.zeros((len(rows), n))
     for i, coeffs in enumerate(rows):
         for j, c in coeffs.items():
             matrix[i, j] += c
-    low, high = np.zeros(n), np.ones(n)
-    for j, value in fixed.items():
-        low[j] = high[j] = value
-    result = milp(np.array(cost) * MICROSECONDS, integrality=np.ones(n),
-                  bounds=Bounds(low, high),
-                  constraints=[LinearConstraint(matrix, lo, hi)] if rows else [],
-                  options={"mip_rel_gap": 0.0})
-    if result.x is None and given is not None:
-        return None
-    if result.x is None:
-        raise TexscopeError(f"the tuned plan has no solution ({result.message}): the tuning "
-                            "measured no variant the registry's rules allow", graph.function)
-    x = np.round(result.x).astype(int)
-    storages = [Storage.TEXTURE if x[v] else Storage.BUFFER for v in s]
-    reads = [[Storage.TEXTURE if x[r[group_of[(t.index, p)]]] else Storage.BUFFER
-              for p in range(len(consumers.demands[t.index]))] for t in graph.tensors]
-    kernels = []
-    for use, operands, ys, variants in choices:
-        positions = measured.document["kernels"][use.key]["positions"]
-        picked = next(i for i, y in enumerate(ys) if x[y])
-        kernels.append(KernelChoice(
-            use.name, graph.tensors[operands[len(use.inputs)]].name,
-            _label(variants[picked][0], positions), variants[picked][1],
-            tuple((_label(t, positions), sec) for i, (t, sec) in enumerate(variants)
-                  if i != picked)))
-    return TunedPlan(tuple(storages), tuple(reads), tuple(kernels), tuple(uncovered),
-                     float(np.dot(cost, x)))
+    constraints = [LinearConstraint(matrix, lo, hi)] if rows else []
+
+    def fixing(assignment) -> dict[int, int]:
+        storages_given, reads_given = assignment
+        values = dict(fixed)
+        for tensor, storage in enumerate(storages_given):
+            values[s[tensor]] = int(storage is Storage.TEXTURE)
+        for (tensor, position), group in group_of.items():
+            values[r[group]] = int(reads_given[tensor][position] is Storage.TEXTURE)
+        return values
+
+    def solve(values: dict[int, int]):
+        low, high = np.zeros(n), np.ones(n)
+        for j, value in values.items():
+            low[j] = high[j] = value
+        result = milp(np.array(cost) * MICROSECONDS, integrality=np.ones(n),
+                      bounds=Bounds(low, high), constraints=constraints,
+                      options={"mip_rel_gap": 0.0})
+        return None if result.x is None else np.round(result.x).astype(int)
+
+    def tuned_plan(x) -> TunedPlan:
+        storages = [Storage.TEXTURE if x[v] else Storage.BUFFER for v in s]
+        reads = [[Storage.TEXTURE if x[r[group_of[(t.index, p)]]] else Storage.BUFFER
+                  for p in range(len(consumers.demands[t.index]))] for t in graph.tensors]
+        kernels = []
+        for use, operands, ys, variants in choices:
+            positions = measured.document["kernels"][use.key]["positions"]
+            picked = next(i for i, y in enumerate(ys) if x[y])
+            kernels.append(KernelChoice(
+                use.name, graph.tensors[operands[len(use.inputs)]].name,
+                _label(variants[picked][0], positions), variants[picked][1],
+                tuple((_label(t, positions), sec) for i, (t, sec) in enumerate(variants)
+                      if i != picked)))
+        return TunedPlan(tuple(storages), tuple(reads), tuple(kernels), tuple(uncovered),
+                         float(np.dot(cost, x)))
+
+    if given is not None:
+        x = solve(fixing(given))
+        return None if x is None else tuned_plan(x)
+    best = solve(fixed)
+    if best is None:
+        raise TexscopeError("the tuned plan has no solution: the tuning measured no variant "
+                            "the registry's rules allow", graph.function)
+    if not extremes:
+        return tuned_plan(best)
+    priced = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
+    low = np.array([spread.get(j, (c, c))[0] for j, c in enumerate(cost)])
+    high = np.array([spread.get(j, (c, c))[1] for j, c in enumerate(cost)])
+    verdict = _verdict(measured, np.array(cost), low, high, best, priced)
+    x = best if verdict.kept == "tuned" else priced[verdict.kept]
+    return attrs.evolve(tuned_plan(x), verdict=verdict)
+
+
+def _verdict(measured: MeasuredCosts, cost, low, high, best, priced) -> "Verdict":
+    """Keep the optimum ``best`` only where it beats the better extreme of
+    ``priced`` (label: solution, None where not priced) by more than the
+    margin: the spread of the measurements where the two differ when the
+    file records it (the optimum at its slowest runs against the extreme at
+    its fastest), else :data:`TUNING_MARGIN` of the extreme's time."""
+    tuned_s = float(np.dot(cost, best))
+    times = tuple((label, None if x is None else float(np.dot(cost, x)))
+                  for label, x in priced.items())
+    candidates = [(seconds, label) for label, seconds in times if seconds is not None]
+    if not candidates:
+        return Verdict("tuned", tuned_s, times, 0.0, "neither extreme is a plan the tuning priced")
+    extreme_s, label = min(candidates)
+    extreme = priced[label]
+    if (extreme == best).all():
+        return Verdict("tuned", tuned_s, times, 0.0, f"the optimum is the {label} plan itself",
+                       label)
+    repeats = measured.document.get("repeats")
+    if measured.records_spread and isinstance(repeats, int) and repeats >= SPREAD_RUNS:
+        only_tuned, only_extreme = (best == 1) & (extreme == 0), (extreme == 1) & (best == 0)
+        margin_s = float(np.dot(high - cost, only_tuned) + np.dot(cost - low, only_extreme))
+        source = (f"the tuning file's spread over {repeats} runs: the tuned plan's kernels and "
+                  f"copies that differ from {label}'s at their slowest, {label}'s at their fastest")
+    else:
+        margin_s = TUNING_MARGIN.value * abs(extreme_s)
+        why = ("records no measurement spread" if not measured.records_spread else
+               f"measured {repeats} run(s), too few for a spread (at least {SPREAD_RUNS})")
+        source = f"the default {TUNING_MARGIN.value:.0%} of {label}'s time: the tuning file {why}"
+    kept = "tuned" if tuned_s + margin_s < extreme_s else label
+    return Verdict(kept, tuned_s, times, margin_s, source, label)
+
+
+@attrs.frozen
+class Verdict:
+    """Whether the measured optimum was kept against the simple choices.
+
+    ``kept``: ``"tuned"`` or the extreme kept instead (``"all-buffer"``,
+    ``"all-texture"``); ``tuned_s``: the optimum's predicted time;
+    ``extremes``: (label, predicted seconds, None where the tuning cannot
+    price it); ``margin_s`` and ``margin_source``: by how much the optimum
+    had to be faster, and where that came from; ``against``: the better
+    extreme, compared with.
+    """
+
+    kept: str
+    tuned_s: float
+    extremes: tuple[tuple[str, float | None], ...]
+    margin_s: float
+    margin_source: str
+    against: str = ""
+
+    @property
+    def reason(self) -> str:
+        times = {label: seconds for label, seconds in self.extremes}
+        if not self.against:
+            return f"tuned plan kept: {self.margin_source}"
+        head = (f"tuned plan predicted {self.tuned_s * 1e3:.3f} ms, {self.against} "
+                f"{times[self.against] * 1e3:.3f} ms")
+        others = "".join(f"; {label} {'not priced' if sec is None else f'{sec * 1e3:.3f} ms'}"
+                         for label, sec in self.extremes if label != self.against)
+        if self.margin_s == 0.0 and self.kept == "tuned" and "itself" in self.margin_source:
+            return f"{head}: {self.margin_source}, tuned plan kept{others}"
+        margin = f"noise margin {self.margin_s * 1e3:.3f} ms ({self.margin_source})"
+        if self.kept == "tuned":
+            return f"{head}: faster by more than the {margin}, tuned plan kept{others}"
+        return f"{head}: within the {margin}, {self.kept} kept{others}"

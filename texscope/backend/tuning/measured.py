@@ -19,6 +19,7 @@ from tvm import relax
 from ...errors import TexscopeError
 from ...frontend.naming import ConvertKeepingNames
 from ...ir.graph import CALL_TIR, static_shape
+from ...knowledge import profile as cost_profile
 from ...knowledge.targets import texture_target
 from ...opencl import tuning as tuning_file
 from ...pipeline import annotate_module
@@ -26,9 +27,7 @@ from ...planner.tuned import KernelUse, MeasuredCosts
 from ..fusion import fuse_passes, run_under
 from ..schedules.scope_variants import plain
 
-# A gain that makes every eligible tensor a texture (or, negated, none): far
-# above any copy's price, yet not so far that a large model's cut overflows.
-EVERYWHERE = 10.0
+EVERYWHERE = cost_profile.EVERYWHERE
 
 
 def model_fingerprint(mod: tvm.IRModule) -> str:
@@ -50,10 +49,7 @@ def target_label(target) -> str:
 def plan_profiles(texture):
     """The profiles whose plans ``texscope tune`` covers: the target's,
     every eligible tensor in a texture, none."""
-    base = texture.profile
-    return {"profile": base,
-            "all-texture": base.with_gains(EVERYWHERE, EVERYWHERE, "texscope tune: textures"),
-            "all-buffer": base.with_gains(-EVERYWHERE, -EVERYWHERE, "texscope tune: buffers")}
+    return {"profile": texture.profile, **cost_profile.extreme_profiles(texture.profile)}
 
 
 def _bindings(func: relax.Function):

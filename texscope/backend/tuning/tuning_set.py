@@ -41,7 +41,8 @@ from ...knowledge.targets import VDeviceTable, host_target, is_texture_scope, te
 from ...opencl import tuning as tuning_format
 from ...opencl.executor import plan_of
 from ...diagnostics.report import Report
-from ..build import BuildResult, after_fusion_passes, compile_opencl
+from ..build import (TIR_PIPELINE_MANY_KERNELS, BuildResult, after_fusion_passes,
+                     compile_opencl)
 from ..fusion import run_under
 from .measured import fused_kernels, kernel_key, model_fingerprint, plan_profiles, target_label
 
@@ -193,7 +194,8 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     with device_target:
         optimized = run_under(device_target, [tvm.tirx.transform.BindTarget(device_target),
                                            *after_fusion_passes()], "texscope.tune")(tuning)
-    executable, source, lowered = compile_opencl(optimized, device_target, figures)
+    executable, source, lowered = compile_opencl(optimized, device_target, figures,
+                                                 tir_pipeline=TIR_PIPELINE_MANY_KERNELS)
     label = target_label(target)
     result = BuildResult(executable, source, Report.from_plans(label, {}, figures),
                          optimized, lowered)
