@@ -23,6 +23,11 @@ builds the models here and times them here.  Where TVM is not installed
     python bench/native_runner.py --export DIR [model ...]     # here, with TVM
     python bench/native_runner.py --replay DIR [--binary PATH] [--device N] [--markdown]
 
+``--export`` writes each model's build as ``DIR/<model>/`` with its random
+inputs beside the plan (``inputs.npz``).  ``--markdown`` writes the table
+into docs/benchmarks.md (``$TEXSCOPE_BENCHMARKS_MD`` names another file),
+headed with the date, device, driver and the commits of the run and export.
+
 Models: the zoo networks and MediaPipe .tflite names (default: the zoo's
 resnet, mobilenet_v2, unet, inception, chain64, and hand_recrop and
 face_detection_short_range).
@@ -46,7 +51,8 @@ from texscope.opencl import replay as rp
 from texscope.opencl.memory import DeviceMemory
 from texscope.opencl.plan import CopyStep, read_plan
 from texscope.opencl.source import compiled, pick_device, pyopencl
-from _cli import refuse_unknown
+from _cli import (Recorded, add_export_options, add_markdown_option, built_at, device_line,
+                  export_meta, markdown_table, refuse_unknown, write_case)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("resnet", "mobilenet_v2", "unet", "inception", "chain64",
@@ -76,8 +82,9 @@ def export(directory: Path, names, target="adreno-opencl") -> None:
         else:
             mod = load_tflite(mediapipe_models()[name])
         texscope.build(mod, target).export(directory / name)
-        np.savez(directory / f"{name}.inputs.npz", *verify.random_inputs(mod))
+        write_case(directory / name, mod, verify.random_inputs(mod), expected=False)
         print(f"exported {name} -> {directory / name}", flush=True)
+    export_meta(directory, target)
 
 
 def python_steady(plan, inputs, device, count: int) -> tuple[list, list[float], list[float]]:
@@ -127,9 +134,9 @@ def native_device(binary: Path, device) -> int:
         raise TexscopeError(f"{binary} --list-devices: {done.stderr.strip()}")
     for line in done.stdout.splitlines():
         index, _, description = line.partition(": ")
-        if description == rp._describe(device):
+        if description == device_line(device):
             return int(index)
-    raise TexscopeError(f"{binary} does not see {rp._describe(device)}; it lists: "
+    raise TexscopeError(f"{binary} does not see {device_line(device)}; it lists: "
                         f"{'; '.join(done.stdout.splitlines())}")
 
 
@@ -152,7 +159,8 @@ def measure(directory: Path, names, binary: Path, args) -> list[dict]:
     index = native_device(binary, device)
     rows = []
     for name in names:
-        build, inputs_file = directory / name, directory / f"{name}.inputs.npz"
+        build = directory / name
+        inputs_file = build / "inputs.npz"
         plan = read_plan(build)
         inputs = rp.read_arrays(inputs_file, plan.inputs, "inputs")
         runs = [rp.replay(plan, inputs, device) for _ in range(args.repeat)]
@@ -176,13 +184,6 @@ def measure(directory: Path, names, binary: Path, args) -> list[dict]:
     return rows
 
 
-def commit() -> str:
-    """This checkout's commit, or "unknown" (a copy without .git)."""
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
-
-
 def _ratio(numerator: float, denominator: float) -> str:
     return f"{numerator / denominator:.2f}" if denominator > 0 and numerator >= 0 else "-"
 
@@ -200,8 +201,7 @@ def table(rows: list[dict], markdown: bool) -> str:
              _ratio(r["native_submit_ms"], r["python_submit_ms"])]
             for r in rows]
     if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
+        return "\n".join(markdown_table(head, body))
     widths = [max(len(x) for x in column) for column in zip(head, *body)]
     return "\n".join("  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in [head, *body])
 
@@ -209,15 +209,14 @@ def table(rows: list[dict], markdown: bool) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="*", help=f"default: {' '.join(DEFAULT)}")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--export", type=Path, metavar="DIR", help="build here (needs TVM)")
-    mode.add_argument("--replay", type=Path, metavar="DIR", help="time what --export wrote")
+    add_export_options(p, "build here (needs TVM)", "time what --export wrote")
     p.add_argument("--binary", type=Path, default=ROOT / "runtime" / "build" / "texscope-run")
     p.add_argument("--device", type=int)
     p.add_argument("--repeat", type=int, default=5, help="profiled runs (median per command)")
     p.add_argument("--steady", type=int, default=50, help="steady-state inferences (median)")
-    p.add_argument("--markdown", action="store_true")
+    add_markdown_option(p)
     args = p.parse_args(argv)
+    args.export, args.replay = (None if d is None else Path(d) for d in (args.export, args.replay))
     if args.replay is None:
         refuse_unknown(p, args.models, known_models())
     elif not args.replay.is_dir():
@@ -242,10 +241,13 @@ def main(argv=None) -> int:
             names = args.models or sorted(d.name for d in args.replay.iterdir() if d.is_dir())
             rows = measure(args.replay, names, args.binary, args)
         device = pick_device(args.device)
-        print(f"{time.strftime('%Y-%m-%d', time.gmtime())}, {rp._describe(device)}, commit "
-              f"{commit()}; steady: median of {args.steady} inferences; device: profiled, "
-              f"median of {args.repeat} runs")
-        print(table(rows, args.markdown))
+        built = built_at(args.replay) if args.replay else ""
+        with Recorded(args.markdown, "native_runner.py", device_line(device), raw=True,
+                      built=built):
+            print(f"{device_line(device)}" + (f"; {built}" if built else "")
+                  + f"; steady: median of {args.steady} inferences; device: profiled, "
+                  f"median of {args.repeat} runs\n")
+            print(table(rows, args.markdown))
         return 0 if all(r["equal"] for r in rows) else 1
     except TexscopeError as err:
         print(f"native_runner: error: {err}", file=sys.stderr)
