@@ -96,6 +96,17 @@ def add_export_options(parser: argparse.ArgumentParser,
     mode.add_argument("--replay", metavar="DIR", help=replay_help)
 
 
+def add_device_options(parser: argparse.ArgumentParser, target: bool = True) -> None:
+    """``--device N`` (the OpenCL device a replay runs on) and, where
+    ``target``, ``--target`` (the preset an export builds for)."""
+    parser.add_argument("--device", type=int,
+                        help="OpenCL device index (python -m texscope.opencl.replay "
+                             "--list-devices)")
+    if target:
+        parser.add_argument("--target", default="adreno-opencl",
+                            help="the target preset the builds are for")
+
+
 class Columns:
     """A table printed a row at a time, as each row is measured.
 

@@ -27,8 +27,8 @@ from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.source import pick_device
-from _cli import (Recorded, add_export_options, add_markdown_option, built_at, device_line,
-                  export_meta, read_case, refuse_unknown, write_case)
+from _cli import (Recorded, add_device_options, add_export_options, add_markdown_option,
+                  built_at, device_line, export_meta, read_case, refuse_unknown, write_case)
 
 RECIPES = "recipes.json"
 # The fuzzer's strategy and builder live with the tests.
@@ -131,8 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("modules", nargs="*", help="indices to replay (0007 ...; default: all)")
     add_export_options(p, "draw and build, for a replay elsewhere")
     p.add_argument("--count", type=int, default=300)
-    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
-    p.add_argument("--target", default="adreno-opencl")
+    add_device_options(p)
     add_markdown_option(p)
     args = p.parse_args(argv)
     refuse_unknown(p, [m for m in args.modules if not m.isdigit()], (), "module index")

@@ -53,8 +53,8 @@ from texscope.opencl.memory import image_extent
 from texscope.opencl.plan import KernelStep, TensorArg
 from texscope.opencl.source import pick_device
 import opencl_run
-from _cli import (Recorded, add_export_options, add_markdown_option, built_at, chosen_models,
-                  device_line, markdown_table)
+from _cli import (Recorded, add_device_options, add_export_options, add_markdown_option,
+                  built_at, chosen_models, device_line, markdown_table)
 
 KINDS = ("1x1 conv", "kxk conv", "depthwise", "pool", "layout", "reduction", "element-wise")
 CONV_KINDS = KINDS[:3]
@@ -196,9 +196,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="*", help="default: the corpus and the zoo")
     add_export_options(p)
-    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
+    add_device_options(p)
     p.add_argument("--repeat", type=int, default=9)
-    p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--top", type=int, default=15, help="kernels listed that lose most")
     p.add_argument("--json", metavar="FILE", help="write every pair here")
     add_markdown_option(p)

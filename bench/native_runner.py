@@ -51,8 +51,9 @@ from texscope.opencl import replay as rp
 from texscope.opencl.memory import DeviceMemory
 from texscope.opencl.plan import CopyStep, read_plan
 from texscope.opencl.source import compiled, pick_device, pyopencl
-from _cli import (Recorded, add_export_options, add_markdown_option, built_at, device_line,
-                  export_meta, markdown_table, refuse_unknown, write_case)
+from _cli import (Recorded, add_device_options, add_export_options, add_markdown_option,
+                  built_at, device_line, export_meta, markdown_table, refuse_unknown,
+                  write_case)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("resnet", "mobilenet_v2", "unet", "inception", "chain64",
@@ -211,7 +212,7 @@ def main(argv=None) -> int:
     p.add_argument("models", nargs="*", help=f"default: {' '.join(DEFAULT)}")
     add_export_options(p, "build here (needs TVM)", "time what --export wrote")
     p.add_argument("--binary", type=Path, default=ROOT / "runtime" / "build" / "texscope-run")
-    p.add_argument("--device", type=int)
+    add_device_options(p, target=False)
     p.add_argument("--repeat", type=int, default=5, help="profiled runs (median per command)")
     p.add_argument("--steady", type=int, default=50, help="steady-state inferences (median)")
     add_markdown_option(p)

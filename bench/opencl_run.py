@@ -43,9 +43,9 @@ from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.session import Session
 from texscope.opencl.source import pick_device
-from _cli import (ZOO, Recorded, add_export_options, add_markdown_option, agreement, built_at,
-                  device_line, export_meta, exported, print_columns, read_case, refuse_unknown,
-                  write_case)
+from _cli import (Recorded, ZOO, add_device_options, add_export_options, add_markdown_option,
+                  agreement, built_at, device_line, export_meta, exported, print_columns,
+                  read_case, refuse_unknown, write_case)
 
 NETWORKS = ZOO
 BUILDS = ("textures", "buffers")
@@ -209,9 +209,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("networks", nargs="*", help=f"default: {' '.join(NETWORKS)}")
     add_export_options(p)
-    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
+    add_device_options(p)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--top", type=int, default=3, help="slowest commands listed per build")
     add_markdown_option(p)
     args = p.parse_args(argv)

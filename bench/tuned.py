@@ -37,10 +37,12 @@ two there:
 ``RESULTS`` is the folder the device's ``DIR`` came back as (its
 ``<model>/tuning.json``).  ``--markdown`` writes the table into
 docs/benchmarks.md (``$TEXSCOPE_BENCHMARKS_MD`` names another file), headed
-with the date, device, driver and the commits of the replay and the export.  On a device without TVM, ``--tune`` and
-``--replay`` need only numpy, pyopencl and this package (its ``texscope/``
-folder on ``PYTHONPATH``); pyopencl's pytools needs ``siphash24``.  Models: the zoo networks (``zoo/<name>``), the
-MediaPipe models of texscope's corpus, ``.tflite`` paths; all by default.
+with the date, device, driver and the commits of the replay and the export.
+On a device without TVM, ``--tune`` and ``--replay`` need only numpy,
+pyopencl and this package (its ``texscope/`` folder on ``PYTHONPATH``);
+pyopencl's pytools needs ``siphash24``.  Models: the zoo networks
+(``zoo/<name>``), the MediaPipe models of texscope's corpus, ``.tflite``
+paths; all by default.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _cli import (Recorded, add_markdown_option, agreement, built_at, chosen_models,  # noqa: E402
-                  device_line, export_meta, loaded, markdown_table, read_case, write_case)
+from _cli import (Recorded, add_device_options, add_markdown_option, agreement,  # noqa: E402
+                  built_at, chosen_models, device_line, export_meta, loaded, markdown_table,
+                  read_case, write_case)
 from calibrated import pearson, spearman  # noqa: E402
 from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402
 
@@ -268,7 +271,7 @@ def main(argv=None) -> int:
                         help="the folder --tune wrote, back from the device")
     parser.add_argument("--profile", action="append", default=[],
                         help="a cost profile calibrated on the device (repeatable)")
-    parser.add_argument("--device", type=int, help="OpenCL device index")
+    add_device_options(parser, target=False)
     parser.add_argument("--runs", type=int, default=9, help="timed runs per build (median)")
     parser.add_argument("--repeats", type=int, default=9, help="--tune: runs per median")
     add_markdown_option(parser)

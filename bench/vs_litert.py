@@ -36,18 +36,17 @@ import functools
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 from texscope.errors import TexscopeError
 from texscope.opencl.plan import PLAN_FILE, read_plan
-from texscope.opencl.session import Session
+from texscope.opencl.session import Session, wall_clock
 from texscope.opencl.source import pick_device
 import opencl_run
-from _cli import (Recorded, add_export_options, add_markdown_option, built_at, chosen_models,
-                  device_line, markdown_table)
+from _cli import (Recorded, add_device_options, add_export_options, add_markdown_option,
+                  built_at, chosen_models, device_line, markdown_table)
 
 LITERT = ("litert_cpu", "litert_gpu_f32", "litert_gpu_f16")
 #: An output this far from the CPU's (over its largest magnitude) is wrong.
@@ -86,14 +85,7 @@ class LiteRT:
                 for buffer, (shape, dtype) in zip(self.buffers, self.outputs)]
 
     def wall_times(self, arrays, runs: int, warmup: int = 3) -> list[float]:
-        for _ in range(warmup):
-            self.run(arrays)
-        seconds = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            self.run(arrays)
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        return wall_clock(functools.partial(self.run, arrays), runs, warmup)
 
 
 class Texscope:
@@ -203,10 +195,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="*", help="default: every MediaPipe model of the corpus")
     add_export_options(p)
-    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
+    add_device_options(p)
     p.add_argument("--runs", type=int, default=50, help="inferences per round")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--json", metavar="FILE", help="write every measurement here")
     add_markdown_option(p)
     args = p.parse_args(argv)
