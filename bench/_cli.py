@@ -107,6 +107,30 @@ def add_device_options(parser: argparse.ArgumentParser, target: bool = True) -> 
                             help="the target preset the builds are for")
 
 
+def replay_parser(doc: str, positional: str, help_text: str, export_help: str | None = None,
+                  replay_help: str | None = None, target: bool = True,
+                  ) -> argparse.ArgumentParser:
+    """The command line an export/replay bench starts from: ``positional``
+    names (``nargs="*"``), ``--export``/``--replay``
+    (:func:`add_export_options`), ``--device`` and ``--target``
+    (:func:`add_device_options`) and ``--markdown``
+    (:func:`add_markdown_option`)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
+    parser.add_argument(positional, nargs="*", help=help_text)
+    add_export_options(parser, *(text for text in (export_help, replay_help) if text))
+    add_device_options(parser, target)
+    add_markdown_option(parser)
+    return parser
+
+
+def replay_folder(parser: argparse.ArgumentParser, folder: str) -> Path:
+    """``--replay``'s folder; a usage error where there is none."""
+    path = Path(folder)
+    if not path.is_dir():
+        parser.error(f"--replay {folder}: no such folder ({parser.prog} --export writes one)")
+    return path
+
+
 class Columns:
     """A table printed a row at a time, as each row is measured.
 

@@ -17,7 +17,6 @@ mismatches and failures with their recipes and exits 1 if there is any.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,8 +26,8 @@ from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.source import pick_device
-from _cli import (Recorded, add_device_options, add_export_options, add_markdown_option,
-                  built_at, device_line, export_meta, read_case, refuse_unknown, write_case)
+from _cli import (Recorded, built_at, device_line, export_meta, read_case, refuse_unknown,
+                  replay_parser, write_case)
 
 RECIPES = "recipes.json"
 # The fuzzer's strategy and builder live with the tests.
@@ -127,12 +126,9 @@ def replay_all(directory: Path, device, only=(), markdown: bool = False) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    p.add_argument("modules", nargs="*", help="indices to replay (0007 ...; default: all)")
-    add_export_options(p, "draw and build, for a replay elsewhere")
+    p = replay_parser(__doc__, "modules", "indices to replay (0007 ...; default: all)",
+                      "draw and build, for a replay elsewhere")
     p.add_argument("--count", type=int, default=300)
-    add_device_options(p)
-    add_markdown_option(p)
     args = p.parse_args(argv)
     refuse_unknown(p, [m for m in args.modules if not m.isdigit()], (), "module index")
     if not (args.export or args.replay):

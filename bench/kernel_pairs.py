@@ -39,7 +39,6 @@ that here (on PoCL, a CPU: the mechanism, not a GPU's speed).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import statistics
@@ -53,8 +52,8 @@ from texscope.opencl.memory import image_extent
 from texscope.opencl.plan import KernelStep, TensorArg
 from texscope.opencl.source import pick_device
 import opencl_run
-from _cli import (Recorded, add_device_options, add_export_options, add_markdown_option,
-                  built_at, chosen_models, device_line, markdown_table)
+from _cli import (Recorded, built_at, chosen_models, device_line, markdown_table, replay_folder,
+                  replay_parser)
 
 KINDS = ("1x1 conv", "kxk conv", "depthwise", "pool", "layout", "reduction", "element-wise")
 CONV_KINDS = KINDS[:3]
@@ -193,21 +192,16 @@ def tables(rows, builds, top: int) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("models", nargs="*", help="default: the corpus and the zoo")
-    add_export_options(p)
-    add_device_options(p)
+    p = replay_parser(__doc__, "models", "default: the corpus and the zoo")
     p.add_argument("--repeat", type=int, default=9)
     p.add_argument("--top", type=int, default=15, help="kernels listed that lose most")
     p.add_argument("--json", metavar="FILE", help="write every pair here")
-    add_markdown_option(p)
     args = p.parse_args(argv)
     try:
         if args.replay:
-            if not Path(args.replay).is_dir():
-                p.error(f"--replay {args.replay}: no such folder (--export writes one)")
-            return _replay(Path(args.replay), opencl_run.exported_models(
-                Path(args.replay), [m.replace("/", "_") for m in args.models]), args)
+            root = replay_folder(p, args.replay)
+            return _replay(root, opencl_run.exported_models(
+                root, [m.replace("/", "_") for m in args.models]), args)
         loaders = chosen_models(p, args.models, {name: functools.partial(opencl_run.network, name)
                                                  for name in opencl_run.NETWORKS})
         if args.export:

@@ -12,9 +12,10 @@ a CPU device such as PoCL, where host and kernels share the cores, noise);
 it waits for the outputs: the host's own cost whatever the device.  The
 native runner's goal is at most half the Python replay's.
 
-The Python steady state here is this script's own loop over the replay's
-pieces (``DeviceMemory``, one kernel object per launch, arguments set once),
-the same recipe as texscope-run's ``--steady``.
+The Python steady state here is a ``texscope.opencl.session.Session`` (one
+kernel object per launch, arguments set once), timed by this script's loop
+so that the issue time is seen: the same recipe as texscope-run's
+``--steady``.
 
 Run: ``python bench/native_runner.py [--device N] [--steady N] [model ...]``
 builds the models here and times them here.  Where TVM is not installed
@@ -35,7 +36,6 @@ face_detection_short_range).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -48,12 +48,11 @@ import numpy as np
 
 from texscope.errors import TexscopeError
 from texscope.opencl import replay as rp
-from texscope.opencl.memory import DeviceMemory
-from texscope.opencl.plan import CopyStep, read_plan
-from texscope.opencl.source import compiled, pick_device, pyopencl
-from _cli import (Recorded, add_device_options, add_export_options, add_markdown_option,
-                  built_at, device_line, export_meta, markdown_table, refuse_unknown,
-                  write_case)
+from texscope.opencl.plan import PLAN_FILE, read_plan
+from texscope.opencl.session import Session
+from texscope.opencl.source import pick_device
+from _cli import (Recorded, built_at, device_line, export_meta, exported, markdown_table,
+                  refuse_unknown, replay_folder, replay_parser, write_case)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("resnet", "mobilenet_v2", "unet", "inception", "chain64",
@@ -90,41 +89,27 @@ def export(directory: Path, names, target="adreno-opencl") -> None:
 
 def python_steady(plan, inputs, device, count: int) -> tuple[list, list[float], list[float]]:
     """Outputs, wall seconds and seconds spent issuing the uploads and
-    launches of ``count`` inferences after one set-up."""
-    cl = pyopencl()
-    context, program = compiled(plan.source, device)
-    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    memory = DeviceMemory(cl, context, queue)
-    for name, array in zip(plan.inputs, inputs):
-        memory.upload(plan.spec(name), array)
-    for name, array in plan.constants.items():
-        memory.upload(plan.spec(name), array)
-    launcher = rp.Launcher(cl, program, memory, plan)
-    commands = []
-    for step in plan.steps:
-        if isinstance(step, CopyStep):
-            commands.append((step, None))
-            continue
-        kernel = cl.Kernel(program, step.kernel)  # one per launch: its arguments stay set
-        launcher.kernels[step.kernel] = kernel
-        launcher.launch(step)
-        commands.append((step, kernel))
-    queue.finish()
-    walls, submits, outputs = [], [], None
+    launches of ``count`` inferences of one :class:`Session` (set up once:
+    memory, constants, each launch's kernel with its arguments bound)."""
+    session = Session(plan, inputs, device)
+    session.run(inputs)
+    memory = session.memory
+    arrays = [memory.staged(spec, np.ascontiguousarray(array, dtype=spec.dtype))
+              for spec, array in zip(session.inputs, inputs)]
+    walls, submits = [], []
     for _ in range(count):
         start = time.perf_counter()
-        for name, array in zip(plan.inputs, inputs):
-            memory.upload(plan.spec(name), array)
-        for step, kernel in commands:
-            if kernel is None:
-                memory.copy(plan.spec(step.source), plan.spec(step.target))
-            else:
-                cl.enqueue_nd_range_kernel(queue, kernel, step.global_size, step.local_size)
+        for spec, array in zip(session.inputs, arrays):
+            memory.write(spec, array)
+        for _, _, enqueue in session.commands:
+            enqueue()
         submitted = time.perf_counter()
-        outputs = [memory.download(plan.spec(name)) for name in plan.outputs]
+        for spec, host in zip(session.outputs, session.host_outputs):
+            memory.read(spec, host)
+        session.queue.finish()
         walls.append(time.perf_counter() - start)
         submits.append(submitted - start)
-    return outputs, walls, submits
+    return [output.copy() for output in session.host_outputs], walls, submits
 
 
 def native_device(binary: Path, device) -> int:
@@ -208,22 +193,18 @@ def table(rows: list[dict], markdown: bool) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("models", nargs="*", help=f"default: {' '.join(DEFAULT)}")
-    add_export_options(p, "build here (needs TVM)", "time what --export wrote")
+    p = replay_parser(__doc__, "models", f"default: {' '.join(DEFAULT)}",
+                      "build here (needs TVM)", "time what --export wrote", target=False)
     p.add_argument("--binary", type=Path, default=ROOT / "runtime" / "build" / "texscope-run")
-    add_device_options(p, target=False)
     p.add_argument("--repeat", type=int, default=5, help="profiled runs (median per command)")
     p.add_argument("--steady", type=int, default=50, help="steady-state inferences (median)")
-    add_markdown_option(p)
     args = p.parse_args(argv)
-    args.export, args.replay = (None if d is None else Path(d) for d in (args.export, args.replay))
+    args.export = None if args.export is None else Path(args.export)
     if args.replay is None:
         refuse_unknown(p, args.models, known_models())
-    elif not args.replay.is_dir():
-        p.error(f"{args.replay}: no such folder (native_runner.py --export writes one)")
     else:
-        refuse_unknown(p, args.models, [d.name for d in args.replay.iterdir() if d.is_dir()])
+        args.replay = replay_folder(p, args.replay)
+        refuse_unknown(p, args.models, exported(args.replay, (), PLAN_FILE))
     if args.export is None and not args.binary.is_file():
         p.error(f"{args.binary}: no texscope-run; build it: cmake -S runtime -B runtime/build "
                 "&& cmake --build runtime/build")
@@ -239,8 +220,8 @@ def main(argv=None) -> int:
                        device_target(pick_device(args.device), "adreno-opencl"))
                 rows = measure(Path(tmp), args.models or DEFAULT, args.binary, args)
         else:
-            names = args.models or sorted(d.name for d in args.replay.iterdir() if d.is_dir())
-            rows = measure(args.replay, names, args.binary, args)
+            rows = measure(args.replay, exported(args.replay, args.models, PLAN_FILE),
+                           args.binary, args)
         device = pick_device(args.device)
         built = built_at(args.replay) if args.replay else ""
         with Recorded(args.markdown, "native_runner.py", device_line(device), raw=True,

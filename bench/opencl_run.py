@@ -30,7 +30,6 @@ Run: ``python bench/opencl_run.py [--device N] [--repeat R] [--markdown] [networ
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -43,9 +42,9 @@ from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.session import Session
 from texscope.opencl.source import pick_device
-from _cli import (Recorded, ZOO, add_device_options, add_export_options, add_markdown_option,
-                  agreement, built_at, device_line, export_meta, exported, print_columns,
-                  read_case, refuse_unknown, write_case)
+from _cli import (Recorded, ZOO, agreement, built_at, device_line, export_meta, exported,
+                  print_columns, read_case, refuse_unknown, replay_folder, replay_parser,
+                  write_case)
 
 NETWORKS = ZOO
 BUILDS = ("textures", "buffers")
@@ -206,21 +205,15 @@ def print_table(results: dict, top: int) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("networks", nargs="*", help=f"default: {' '.join(NETWORKS)}")
-    add_export_options(p)
-    add_device_options(p)
+    p = replay_parser(__doc__, "networks", f"default: {' '.join(NETWORKS)}")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--top", type=int, default=3, help="slowest commands listed per build")
-    add_markdown_option(p)
     args = p.parse_args(argv)
     if not args.replay:  # a replay names the folders an export wrote
         refuse_unknown(p, args.networks, NETWORKS, "network")
-    elif not Path(args.replay).is_dir():
-        p.error(f"--replay {args.replay}: no such folder (opencl_run.py --export writes one)")
     else:
         try:
-            names = exported_models(Path(args.replay), args.networks)
+            names = exported_models(replay_folder(p, args.replay), args.networks)
         except TexscopeError as err:
             p.error(str(err))
     if args.export:

@@ -31,7 +31,6 @@ same folders), each model's ``.tflite`` beside its builds.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import statistics
@@ -45,8 +44,8 @@ from texscope.opencl.plan import PLAN_FILE, read_plan
 from texscope.opencl.session import Session, wall_clock
 from texscope.opencl.source import pick_device
 import opencl_run
-from _cli import (Recorded, add_device_options, add_export_options, add_markdown_option,
-                  built_at, chosen_models, device_line, markdown_table)
+from _cli import (Recorded, built_at, chosen_models, device_line, markdown_table, replay_folder,
+                  replay_parser)
 
 LITERT = ("litert_cpu", "litert_gpu_f32", "litert_gpu_f16")
 #: An output this far from the CPU's (over its largest magnitude) is wrong.
@@ -192,14 +191,10 @@ def tables(rows: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("models", nargs="*", help="default: every MediaPipe model of the corpus")
-    add_export_options(p)
-    add_device_options(p)
+    p = replay_parser(__doc__, "models", "default: every MediaPipe model of the corpus")
     p.add_argument("--runs", type=int, default=50, help="inferences per round")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", metavar="FILE", help="write every measurement here")
-    add_markdown_option(p)
     args = p.parse_args(argv)
     try:
         if not args.replay:
@@ -209,9 +204,7 @@ def main(argv=None) -> int:
         if args.export:
             opencl_run.export(Path(args.export), loaders, args.target)
             return 0
-        root = Path(args.replay)
-        if not root.is_dir():
-            p.error(f"--replay {args.replay}: no such folder (--export writes one)")
+        root = replay_folder(p, args.replay)
         names = [n for n in opencl_run.exported_models(root, args.models)
                  if (root / n / "model.tflite").is_file()]
         device = pick_device(args.device)
