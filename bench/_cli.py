@@ -1,5 +1,9 @@
-"""What the bench scripts share of their command lines (importable without
-TVM: ``opencl_run.py --replay`` runs where TVM is not installed)."""
+"""What the bench scripts share (importable without TVM: the ``--replay``
+steps run where TVM is not installed): their command lines, the case an
+``--export`` writes for a replay elsewhere (``inputs.npz``, ``expected.npz``
+and the commit and target it was built at), the device line, and
+``--markdown``, which writes a script's table as its section of
+docs/benchmarks.md headed with the date, device, driver and commit."""
 
 from __future__ import annotations
 
