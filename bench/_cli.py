@@ -244,10 +244,13 @@ def agreement(outputs, expected, tolerance: float = 1e-3):
 
 def exported(root: Path, names: Iterable[str], marker: str) -> list[str]:
     """``names``, or where none, every folder under ``root`` holding ``marker``
-    (what an ``--export`` wrote); a name with no such folder is an error."""
+    (what an ``--export`` wrote); a name with no such folder, or a ``root``
+    with none at all, is a :class:`TexscopeError`."""
     from texscope.errors import TexscopeError  # pylint: disable=import-outside-toplevel
 
     found = sorted(path.name for path in root.iterdir() if (path / marker).exists())
+    if not found:
+        raise TexscopeError(f"{root}: no export in it (no folder holds {marker})")
     missing = [name for name in names if name not in found]
     if missing:
         raise TexscopeError(f"{root}: no export of {missing[0]} (it has {', '.join(found)})")

@@ -204,7 +204,10 @@ def main(argv=None) -> int:
         refuse_unknown(p, args.models, known_models())
     else:
         args.replay = replay_folder(p, args.replay)
-        refuse_unknown(p, args.models, exported(args.replay, (), PLAN_FILE))
+        try:
+            refuse_unknown(p, args.models, exported(args.replay, (), PLAN_FILE))
+        except TexscopeError as err:
+            p.error(str(err))
     if args.export is None and not args.binary.is_file():
         p.error(f"{args.binary}: no texscope-run; build it: cmake -S runtime -B runtime/build "
                 "&& cmake --build runtime/build")

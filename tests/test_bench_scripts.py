@@ -43,6 +43,16 @@ def test_opencl_run_refuses_a_replay_of_a_missing_folder(tmp_path):
     assert not missing.exists()
 
 
+@pytest.mark.parametrize("bench", ["opencl_run.py", "kernel_pairs.py", "calibrated.py",
+                                   "native_runner.py"])
+def test_a_replay_of_a_folder_with_no_export_is_a_usage_error(tmp_path, bench):
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / bench), "--replay",
+                           str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{bench}: error: {tmp_path}: no export in it (no folder holds ")
+
+
 def test_the_real_models_bench_checks_the_texture_build_against_tflite(mediapipe):
     """The OpenCL outputs against the CPU build of the same module and
     against TFLite's interpreter: the second checks the import as well."""
