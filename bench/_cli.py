@@ -1,5 +1,9 @@
-"""What the bench scripts share of their command lines (importable without
-TVM: ``opencl_run.py --replay`` runs where TVM is not installed)."""
+"""What the bench scripts share (importable without TVM: the ``--replay``
+steps run where TVM is not installed): their command lines, the case an
+``--export`` writes for a replay elsewhere (``inputs.npz``, ``expected.npz``
+and the commit and target it was built at), the device line, and
+``--markdown``, which writes a script's table as its section of
+docs/benchmarks.md headed with the date, device, driver and commit."""
 
 from __future__ import annotations
 
@@ -86,12 +90,49 @@ def loaded(found: dict[str, Callable[[], object]], width: int) -> Iterator[tuple
 
 # -- the tables and the exported cases the OpenCL benches share -------------
 
-def add_export_options(parser: argparse.ArgumentParser, export_help: str) -> None:
+def add_export_options(parser: argparse.ArgumentParser,
+                       export_help: str = "build only, for a replay elsewhere",
+                       replay_help: str = "run what --export wrote (no TVM)") -> None:
     """``--export DIR`` (build only, where TVM is) and ``--replay DIR`` (run
     what it wrote, without TVM), one or the other."""
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--export", metavar="DIR", help=export_help)
-    mode.add_argument("--replay", metavar="DIR", help="run what --export wrote (no TVM)")
+    mode.add_argument("--replay", metavar="DIR", help=replay_help)
+
+
+def add_device_options(parser: argparse.ArgumentParser, target: bool = True) -> None:
+    """``--device N`` (the OpenCL device a replay runs on) and, where
+    ``target``, ``--target`` (the preset an export builds for)."""
+    parser.add_argument("--device", type=int,
+                        help="OpenCL device index (python -m texscope.opencl.replay "
+                             "--list-devices)")
+    if target:
+        parser.add_argument("--target", default="adreno-opencl",
+                            help="the target preset the builds are for")
+
+
+def replay_parser(doc: str, positional: str, help_text: str, export_help: str | None = None,
+                  replay_help: str | None = None, target: bool = True,
+                  ) -> argparse.ArgumentParser:
+    """The command line an export/replay bench starts from: ``positional``
+    names (``nargs="*"``), ``--export``/``--replay``
+    (:func:`add_export_options`), ``--device`` and ``--target``
+    (:func:`add_device_options`) and ``--markdown``
+    (:func:`add_markdown_option`)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
+    parser.add_argument(positional, nargs="*", help=help_text)
+    add_export_options(parser, *(text for text in (export_help, replay_help) if text))
+    add_device_options(parser, target)
+    add_markdown_option(parser)
+    return parser
+
+
+def replay_folder(parser: argparse.ArgumentParser, folder: str) -> Path:
+    """``--replay``'s folder; a usage error where there is none."""
+    path = Path(folder)
+    if not path.is_dir():
+        parser.error(f"--replay {folder}: no such folder ({parser.prog} --export writes one)")
+    return path
 
 
 class Columns:
@@ -127,21 +168,57 @@ def print_columns(header: tuple, rows: list[tuple]) -> None:
         print("  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)))
 
 
+def markdown_table(header, rows) -> list[str]:
+    """The lines of a Markdown table of ``header`` and ``rows``."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+
+
 def device_line(device) -> str:
     """An OpenCL device as the tables name it: its name, platform and driver."""
     return (f"{device.name.strip()} ({device.platform.name.strip()}, "
             f"driver {device.driver_version.strip()})")
 
 
-def write_case(root: Path, mod, inputs) -> None:
-    """Write ``inputs`` and the CPU's outputs of ``mod`` on them under
-    ``root`` (``inputs.npz``, ``expected.npz``), for a replay without TVM."""
+#: What an export records of where it was built (beside what it wrote).
+EXPORT_META = "meta.json"
+
+
+def export_meta(directory: Path, target) -> None:
+    """Record beside an export the commit and target it was built at, so that
+    a replay on a copy without ``.git`` still names them."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    directory.mkdir(parents=True, exist_ok=True)
+    target = target if isinstance(target, str) else target.get("kind", "opencl")
+    (directory / EXPORT_META).write_text(json.dumps({"commit": commit(), "target": target})
+                                         + "\n")
+
+
+def built_at(directory: Path) -> str:
+    """How :func:`export_meta` described ``directory``'s build (``"built at
+    COMMIT for TARGET"``), or "" where it wrote nothing there."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    path = directory / EXPORT_META
+    if not path.is_file():
+        return ""
+    meta = json.loads(path.read_text())
+    return f"built at {meta.get('commit', 'unknown')} for {meta.get('target', '?')}"
+
+
+def write_case(root: Path, mod, inputs, expected: bool = True) -> None:
+    """Write ``inputs`` and (where ``expected``) the CPU's outputs of ``mod``
+    on them under ``root`` (``inputs.npz``, ``expected.npz``), for a replay
+    without TVM."""
     import numpy as np  # pylint: disable=import-outside-toplevel
-    from texscope.diagnostics import verify  # pylint: disable=import-outside-toplevel
 
     root.mkdir(parents=True, exist_ok=True)
     np.savez(root / "inputs.npz", *inputs)
-    np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+    if expected:
+        from texscope.diagnostics import verify  # pylint: disable=import-outside-toplevel
+
+        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
 
 
 def read_case(root: Path, plan) -> tuple[list, list]:
@@ -152,11 +229,32 @@ def read_case(root: Path, plan) -> tuple[list, list]:
             replay.read_arrays(root / "expected.npz", plan.outputs, "expected outputs"))
 
 
+def agreement(outputs, expected, tolerance: float = 1e-3):
+    """How ``outputs`` compare with the CPU's ``expected``
+    (:func:`texscope.diagnostics.numerics.compare`): within ``tolerance``,
+    absolutely against the largest expected magnitude, since deep float32
+    networks sum in another order on a GPU (an output reaching 1000,
+    segmentation logits, differs by ~1e-4 of that)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from texscope.diagnostics.numerics import compare  # pylint: disable=import-outside-toplevel
+
+    scale = max((float(np.abs(e).max(initial=0.0)) for e in expected), default=1.0)
+    return compare(outputs, expected, tolerance, tolerance * max(1.0, scale))
+
+
 def exported(root: Path, names: Iterable[str], marker: str) -> list[str]:
     """``names``, or where none, every folder under ``root`` holding ``marker``
-    (what an ``--export`` wrote)."""
-    return list(names) or sorted(path.name for path in root.iterdir()
-                                 if (path / marker).exists())
+    (what an ``--export`` wrote); a name with no such folder, or a ``root``
+    with none at all, is a :class:`TexscopeError`."""
+    from texscope.errors import TexscopeError  # pylint: disable=import-outside-toplevel
+
+    found = sorted(path.name for path in root.iterdir() if (path / marker).exists())
+    if not found:
+        raise TexscopeError(f"{root}: no export in it (no folder holds {marker})")
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise TexscopeError(f"{root}: no export of {missing[0]} (it has {', '.join(found)})")
+    return list(names) or found
 
 
 # -- docs/benchmarks.md ------------------------------------------------------
@@ -180,7 +278,9 @@ def add_markdown_option(parser: argparse.ArgumentParser) -> None:
                              "this script's previous section")
 
 
-def _commit() -> str:
+def commit() -> str:
+    """This checkout's commit (``-dirty`` with changes), or "unknown" in a
+    copy without ``.git``."""
     import subprocess  # pylint: disable=import-outside-toplevel
 
     try:
@@ -208,18 +308,20 @@ def host_line() -> str:
 
 
 def section(script: str, table: str, device: str, command: str, *, raw: bool = False,
-            now=None) -> str:
+            built: str = "", now=None) -> str:
     """The section of docs/benchmarks.md holding one run of ``script``:
-    headed with the date, the device and driver, and the commit it ran on;
-    the printed ``table`` in a text block, or as it is where ``raw`` (a
-    script that prints Markdown)."""
+    headed with the date, the device and driver, and the commit it ran on
+    (and ``built``, where an export made elsewhere was replayed: see
+    :func:`built_at`); the printed ``table`` in a text block, or as it is
+    where ``raw`` (a script that prints Markdown)."""
     import datetime  # pylint: disable=import-outside-toplevel
 
     now = now or datetime.datetime.now(datetime.timezone.utc)
     body = table.strip("\n") if raw else f"```text\n{table.rstrip()}\n```"
     return (f"<!-- bench:{script} -->\n"
             f"## {script}\n\n"
-            f"Ran {now:%Y-%m-%d %H:%M} UTC on {device}, commit {_commit()}:\n"
+            f"Ran {now:%Y-%m-%d %H:%M} UTC on {device}, commit {commit()}"
+            f"{f' (the export {built})' if built else ''}:\n"
             f"`{command}`\n\n"
             f"{body}\n"
             f"<!-- /bench:{script} -->\n")
@@ -253,10 +355,14 @@ class Recorded:
         through the ``device`` attribute, once a device is picked.
     raw
         Whether the script prints Markdown, written as it is.
+    built
+        Where the replayed export was built (:func:`built_at`), if elsewhere.
     """
 
-    def __init__(self, enabled: bool, script: str, device: str = "", raw: bool = False):
+    def __init__(self, enabled: bool, script: str, device: str = "", raw: bool = False,
+                 built: str = ""):
         self.enabled, self.script, self.device, self.raw = enabled, script, device, raw
+        self.built = built
         self._lines: list[str] = []
         self._stdout = None
 
@@ -285,6 +391,7 @@ class Recorded:
             path = benchmarks_md()
             old = path.read_text() if path.exists() else "# Benchmarks\n"
             new = section(self.script, "".join(self._lines),
-                          self.device or host_line(), command, raw=self.raw)
+                          self.device or host_line(), command, raw=self.raw,
+                          built=self.built)
             path.write_text(replace_section(old, self.script, new))
             print(f"wrote {self.script}'s section of {path}")

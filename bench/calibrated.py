@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from texscope.errors import TexscopeError
 from texscope.opencl import calibrate
 from texscope.knowledge import profile as cost_profile
 from texscope.diagnostics.numerics import compare
@@ -56,7 +57,8 @@ from texscope.opencl.plan import read_plan
 sys.path.insert(0, str(Path(__file__).parent))
 from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402  (a sibling script)
 from _cli import (Recorded, add_export_options, add_markdown_option,  # noqa: E402
-                  device_line, exported, print_columns, read_case, refuse_unknown, write_case)
+                  device_line, exported, print_columns, read_case, refuse_unknown,
+                  replay_folder, write_case)
 
 EVERYWHERE = 1000.0  # the gain that makes every eligible tensor a texture
 TOLERANCE = 1e-3
@@ -210,7 +212,10 @@ def main(argv=None) -> None:
     if args.export and not args.profile:
         parser.error("--export needs the target device's --profile")
     if args.replay:
-        names = exported(Path(args.replay), args.networks, "predicted.json")
+        try:
+            names = exported(replay_folder(parser, args.replay), args.networks, "predicted.json")
+        except TexscopeError as err:
+            parser.error(str(err))
     else:
         names = args.networks or list(NETWORKS)
     if args.export:

@@ -12,12 +12,11 @@ with numpy and pyopencl only and compares with the CPU as
 mismatches and failures with their recipes and exits 1 if there is any.
 
     python bench/fuzz_replay.py --export DIR [--count 300]   # here, with TVM
-    python bench/fuzz_replay.py --replay DIR [--device N]     # there: NVIDIA's OpenCL, say
+    python bench/fuzz_replay.py --replay DIR [--device N] [--markdown]   # there: NVIDIA's OpenCL
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,8 +26,8 @@ from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.source import pick_device
-from _cli import refuse_unknown
-from _report import device_line, export_meta
+from _cli import (Recorded, built_at, device_line, export_meta, read_case, refuse_unknown,
+                  replay_parser, write_case)
 
 RECIPES = "recipes.json"
 # The fuzzer's strategy and builder live with the tests.
@@ -59,8 +58,6 @@ def draw_recipes(count: int) -> list:
 
 def export(directory: Path, count: int, target: str) -> None:
     # pylint: disable=import-outside-toplevel
-    import numpy as np
-
     import texscope
     from texscope.diagnostics import verify
     from texscope.knowledge.targets import texture_target
@@ -79,8 +76,7 @@ def export(directory: Path, count: int, target: str) -> None:
         try:
             root.mkdir(exist_ok=True)
             texscope.build(mod, tiny if small else base).export(root)
-            np.savez(root / "inputs.npz", *inputs)
-            np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+            write_case(root, mod, inputs)
         except Exception as err:  # pylint: disable=broad-except  # a build failure is a finding
             entry["build_failed"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         written.append(entry)
@@ -99,8 +95,7 @@ def _check(directory: Path, entry: dict, device) -> str | None:
     root = directory / entry["index"]
     try:
         plan = read_plan(root)
-        inputs = rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs")
-        expected = rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs")
+        inputs, expected = read_case(root, plan)
         check = compare(rp.replay(plan, inputs, device).outputs, expected, TOLERANCE, TOLERANCE)
     except TexscopeError as err:
         return f"{entry['index']} failed ({err}): {entry['recipe']}"
@@ -110,7 +105,7 @@ def _check(directory: Path, entry: dict, device) -> str | None:
             f"{check.max_rel_error:.2g}, tiny {entry['tiny']}): {entry['recipe']}")
 
 
-def replay_all(directory: Path, device, only=()) -> int:
+def replay_all(directory: Path, device, only=(), markdown: bool = False) -> int:
     entries = [e for e in json.loads((directory / RECIPES).read_text())
                if not only or e["index"] in only]
     done, bad = 0, []
@@ -121,22 +116,19 @@ def replay_all(directory: Path, device, only=()) -> int:
             done += 1
     except KeyboardInterrupt:  # SIGINT (``timeout -s INT``): what was replayed so far
         print(f"interrupted after {done} of {len(entries)} modules")
-    print(device_line(device, directory))
-    print(f"{done - len(bad)} of {len(entries)} random modules match the CPU")
-    for line in bad:
-        print("  " + line)
+    built = built_at(directory)
+    with Recorded(markdown, "fuzz_replay.py", device_line(device), built=built):
+        print(device_line(device) + (f"; {built}" if built else ""))
+        print(f"{done - len(bad)} of {len(entries)} random modules match the CPU")
+        for line in bad:
+            print("  " + line)
     return 1 if bad or done < len(entries) else 0
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    p.add_argument("modules", nargs="*", help="indices to replay (0007 ...; default: all)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--export", metavar="DIR", help="draw and build, for a replay elsewhere")
-    mode.add_argument("--replay", metavar="DIR", help="replay what --export wrote (no TVM)")
+    p = replay_parser(__doc__, "modules", "indices to replay (0007 ...; default: all)",
+                      "draw and build, for a replay elsewhere")
     p.add_argument("--count", type=int, default=300)
-    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
-    p.add_argument("--target", default="adreno-opencl")
     args = p.parse_args(argv)
     refuse_unknown(p, [m for m in args.modules if not m.isdigit()], (), "module index")
     if not (args.export or args.replay):
@@ -150,7 +142,7 @@ def main(argv=None) -> int:
         if not (Path(args.replay) / RECIPES).is_file():
             p.error(f"--replay {args.replay}: no {RECIPES} (fuzz_replay.py --export writes it)")
         return replay_all(Path(args.replay), pick_device(args.device),
-                          {m.zfill(4) for m in args.modules})
+                          {m.zfill(4) for m in args.modules}, args.markdown)
     except TexscopeError as err:
         p.error(str(err))
 

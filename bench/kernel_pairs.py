@@ -21,12 +21,15 @@ of conv time (the buffer build's) spent in kernels no slower from textures;
 per kind the same over every model; then the kernels that lose most time
 from textures, with the images they read and write (width x height x
 layers, ``w`` a weight).  ``--json`` writes every pair and each build's
-whole time, launches and agreement with the CPU.
+whole time, launches and agreement with the CPU; ``--markdown`` writes the
+tables into docs/benchmarks.md (``$TEXSCOPE_BENCHMARKS_MD`` names another
+file), headed with the date, device, driver, and the commit of the replay
+and of the export.
 
 Build here, replay where the GPU is (no TVM there):
 
     python bench/kernel_pairs.py --export DIR [model ...]
-    python bench/kernel_pairs.py --replay DIR [--device N] [--repeat R] [model ...]
+    python bench/kernel_pairs.py --replay DIR [--device N] [--repeat R] [--markdown] [model ...]
 
 Models: MediaPipe's (texscope's corpus), the zoo's networks as ``zoo/NAME``,
 ``.tflite`` files by path; all of the corpus and zoo by default.  Without
@@ -36,7 +39,6 @@ that here (on PoCL, a CPU: the mechanism, not a GPU's speed).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import statistics
@@ -50,8 +52,8 @@ from texscope.opencl.memory import image_extent
 from texscope.opencl.plan import KernelStep, TensorArg
 from texscope.opencl.source import pick_device
 import opencl_run
-from _cli import chosen_models
-from _report import device_line, export_meta, write_markdown
+from _cli import (Recorded, built_at, chosen_models, device_line, markdown_table, replay_folder,
+                  replay_parser)
 
 KINDS = ("1x1 conv", "kxk conv", "depthwise", "pool", "layout", "reduction", "element-wise")
 CONV_KINDS = KINDS[:3]
@@ -140,11 +142,6 @@ def _no_slower_share(rows) -> float:
     return kept / total if total else float("nan")
 
 
-def _table(header, rows) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-
-
 def tables(rows, builds, top: int) -> list[str]:
     lines = ["Per model (every command's time, ms; paired: launches both builds make, then "
              "those of the texture and of the buffer build only; conv no slower: share of "
@@ -161,8 +158,8 @@ def tables(rows, builds, top: int) -> list[str]:
                            f"{buf * 1e3:.3f}",
                            f"{tex / buf:.2f}" if buf else "-",
                            f"{_no_slower_share(convs):.0%}", ok))
-    lines += _table(("model", "paired", "textures", "buffers", "tex/buf", "conv no slower",
-                     "matches CPU (tex, buf)"), model_rows)
+    lines += markdown_table(("model", "paired", "textures", "buffers", "tex/buf",
+                             "conv no slower", "matches CPU (tex, buf)"), model_rows)
     lines += ["", "Per kind, every model:", ""]
     kind_rows = []
     for k in KINDS:
@@ -175,16 +172,16 @@ def tables(rows, builds, top: int) -> list[str]:
                           f"{tex / buf:.2f}" if buf else "-",
                           f"{statistics.median(ratios):.2f}" if ratios else "-",
                           f"{_no_slower_share(mine):.0%}"))
-    lines += _table(("kind", "kernels", "textures ms", "buffers ms", "tex/buf",
-                     "median ratio", "time no slower"), kind_rows)
+    lines += markdown_table(("kind", "kernels", "textures ms", "buffers ms", "tex/buf",
+                             "median ratio", "time no slower"), kind_rows)
     losers = sorted(rows, key=lambda r: r["buffers_s"] - r["textures_s"])[:top]
     lines += ["", f"The {len(losers)} kernels losing most time from textures:", ""]
-    lines += _table(("model", "binding", "kind", "textures us", "buffers us", "ratio",
-                     "images", "kernel"),
-                    [(r["model"], r["binding"], r["kind"], f"{r['textures_s'] * 1e6:.1f}",
-                      f"{r['buffers_s'] * 1e6:.1f}",
-                      f"{r['textures_s'] / r['buffers_s']:.2f}" if r["buffers_s"] else "-",
-                      r["images"], r["kernel"][:60]) for r in losers])
+    lines += markdown_table(
+        ("model", "binding", "kind", "textures us", "buffers us", "ratio", "images", "kernel"),
+        [(r["model"], r["binding"], r["kind"], f"{r['textures_s'] * 1e6:.1f}",
+          f"{r['buffers_s'] * 1e6:.1f}",
+          f"{r['textures_s'] / r['buffers_s']:.2f}" if r["buffers_s"] else "-",
+          r["images"], r["kernel"][:60]) for r in losers])
     convs = [r for r in rows if r["kind"] in CONV_KINDS]
     ratios = [row[4] for row in model_rows if row[4] != "-"]
     lines += ["", f"Goals: conv time no slower from textures {_no_slower_share(convs):.0%} "
@@ -195,25 +192,16 @@ def tables(rows, builds, top: int) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("models", nargs="*", help="default: the corpus and the zoo")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--export", metavar="DIR", help="build only, for a replay elsewhere")
-    mode.add_argument("--replay", metavar="DIR", help="replay what --export wrote (no TVM)")
-    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
+    p = replay_parser(__doc__, "models", "default: the corpus and the zoo")
     p.add_argument("--repeat", type=int, default=9)
-    p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--top", type=int, default=15, help="kernels listed that lose most")
     p.add_argument("--json", metavar="FILE", help="write every pair here")
-    p.add_argument("--markdown", metavar="FILE", help="append the tables to this file "
-                                                       "(docs/benchmarks.md)")
     args = p.parse_args(argv)
     try:
         if args.replay:
-            if not Path(args.replay).is_dir():
-                p.error(f"--replay {args.replay}: no such folder (--export writes one)")
-            return _replay(Path(args.replay), opencl_run.exported_models(
-                Path(args.replay), [m.replace("/", "_") for m in args.models]), args)
+            root = replay_folder(p, args.replay)
+            return _replay(root, opencl_run.exported_models(
+                root, [m.replace("/", "_") for m in args.models]), args)
         loaders = chosen_models(p, args.models, {name: functools.partial(opencl_run.network, name)
                                                  for name in opencl_run.NETWORKS})
         if args.export:
@@ -229,7 +217,6 @@ def main(argv=None) -> int:
 def export(directory: Path, loaders: dict, target: str) -> None:
     opencl_run.export(directory, {name.replace("/", "_"): load
                                   for name, load in loaders.items()}, target)
-    export_meta(directory, target)
 
 
 def _replay(directory: Path, names, args) -> int:
@@ -237,17 +224,17 @@ def _replay(directory: Path, names, args) -> int:
     device = pick_device(args.device)
     rows, builds = measure(directory, names, device, args.repeat)
     lines = tables(rows, builds, args.top)
-    head = device_line(device, directory)
-    print(head + "\n\n" + "\n".join(lines))
+    built = built_at(directory)
+    head = device_line(device) + (f"; {built}" if built else "")
+    print(head + "\n")
+    with Recorded(args.markdown, "kernel_pairs.py", device_line(device), raw=True, built=built):
+        print("\n".join(lines))
     if args.json:
         models = {name: {b: {"total_s": r["total"], "launches": r["run"].launches, "ok": r["ok"],
                              "abs_err": r["abs_err"]} for b, r in results.items()}
                   for name, results in builds.items()}
         Path(args.json).write_text(json.dumps({"device": head, "models": models, "pairs": rows},
                                               indent=1) + "\n")
-    if args.markdown:
-        write_markdown(args.markdown, "Kernel pairs: textures against buffers "
-                       "(bench/kernel_pairs.py)", head, lines)
     return 0
 
 

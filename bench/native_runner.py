@@ -12,9 +12,10 @@ a CPU device such as PoCL, where host and kernels share the cores, noise);
 it waits for the outputs: the host's own cost whatever the device.  The
 native runner's goal is at most half the Python replay's.
 
-The Python steady state here is this script's own loop over the replay's
-pieces (``DeviceMemory``, one kernel object per launch, arguments set once),
-the same recipe as texscope-run's ``--steady``.
+The Python steady state here is a ``texscope.opencl.session.Session`` (one
+kernel object per launch, arguments set once), timed by this script's loop
+so that the issue time is seen: the same recipe as texscope-run's
+``--steady``.
 
 Run: ``python bench/native_runner.py [--device N] [--steady N] [model ...]``
 builds the models here and times them here.  Where TVM is not installed
@@ -23,6 +24,11 @@ builds the models here and times them here.  Where TVM is not installed
     python bench/native_runner.py --export DIR [model ...]     # here, with TVM
     python bench/native_runner.py --replay DIR [--binary PATH] [--device N] [--markdown]
 
+``--export`` writes each model's build as ``DIR/<model>/`` with its random
+inputs beside the plan (``inputs.npz``).  ``--markdown`` writes the table
+into docs/benchmarks.md (``$TEXSCOPE_BENCHMARKS_MD`` names another file),
+headed with the date, device, driver and the commits of the run and export.
+
 Models: the zoo networks and MediaPipe .tflite names (default: the zoo's
 resnet, mobilenet_v2, unet, inception, chain64, and hand_recrop and
 face_detection_short_range).
@@ -30,7 +36,6 @@ face_detection_short_range).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -43,10 +48,11 @@ import numpy as np
 
 from texscope.errors import TexscopeError
 from texscope.opencl import replay as rp
-from texscope.opencl.memory import DeviceMemory
-from texscope.opencl.plan import CopyStep, read_plan
-from texscope.opencl.source import compiled, pick_device, pyopencl
-from _cli import refuse_unknown
+from texscope.opencl.plan import PLAN_FILE, read_plan
+from texscope.opencl.session import Session
+from texscope.opencl.source import pick_device
+from _cli import (Recorded, built_at, device_line, export_meta, exported, markdown_table,
+                  refuse_unknown, replay_folder, replay_parser, write_case)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("resnet", "mobilenet_v2", "unet", "inception", "chain64",
@@ -76,47 +82,34 @@ def export(directory: Path, names, target="adreno-opencl") -> None:
         else:
             mod = load_tflite(mediapipe_models()[name])
         texscope.build(mod, target).export(directory / name)
-        np.savez(directory / f"{name}.inputs.npz", *verify.random_inputs(mod))
+        write_case(directory / name, mod, verify.random_inputs(mod), expected=False)
         print(f"exported {name} -> {directory / name}", flush=True)
+    export_meta(directory, target)
 
 
 def python_steady(plan, inputs, device, count: int) -> tuple[list, list[float], list[float]]:
     """Outputs, wall seconds and seconds spent issuing the uploads and
-    launches of ``count`` inferences after one set-up."""
-    cl = pyopencl()
-    context, program = compiled(plan.source, device)
-    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    memory = DeviceMemory(cl, context, queue)
-    for name, array in zip(plan.inputs, inputs):
-        memory.upload(plan.spec(name), array)
-    for name, array in plan.constants.items():
-        memory.upload(plan.spec(name), array)
-    launcher = rp.Launcher(cl, program, memory, plan)
-    commands = []
-    for step in plan.steps:
-        if isinstance(step, CopyStep):
-            commands.append((step, None))
-            continue
-        kernel = cl.Kernel(program, step.kernel)  # one per launch: its arguments stay set
-        launcher.kernels[step.kernel] = kernel
-        launcher.launch(step)
-        commands.append((step, kernel))
-    queue.finish()
-    walls, submits, outputs = [], [], None
+    launches of ``count`` inferences of one :class:`Session` (set up once:
+    memory, constants, each launch's kernel with its arguments bound)."""
+    session = Session(plan, inputs, device)
+    session.run(inputs)
+    memory = session.memory
+    arrays = [memory.staged(spec, np.ascontiguousarray(array, dtype=spec.dtype))
+              for spec, array in zip(session.inputs, inputs)]
+    walls, submits = [], []
     for _ in range(count):
         start = time.perf_counter()
-        for name, array in zip(plan.inputs, inputs):
-            memory.upload(plan.spec(name), array)
-        for step, kernel in commands:
-            if kernel is None:
-                memory.copy(plan.spec(step.source), plan.spec(step.target))
-            else:
-                cl.enqueue_nd_range_kernel(queue, kernel, step.global_size, step.local_size)
+        for spec, array in zip(session.inputs, arrays):
+            memory.write(spec, array)
+        for _, _, enqueue in session.commands:
+            enqueue()
         submitted = time.perf_counter()
-        outputs = [memory.download(plan.spec(name)) for name in plan.outputs]
+        for spec, host in zip(session.outputs, session.host_outputs):
+            memory.read(spec, host)
+        session.queue.finish()
         walls.append(time.perf_counter() - start)
         submits.append(submitted - start)
-    return outputs, walls, submits
+    return [output.copy() for output in session.host_outputs], walls, submits
 
 
 def native_device(binary: Path, device) -> int:
@@ -127,9 +120,9 @@ def native_device(binary: Path, device) -> int:
         raise TexscopeError(f"{binary} --list-devices: {done.stderr.strip()}")
     for line in done.stdout.splitlines():
         index, _, description = line.partition(": ")
-        if description == rp._describe(device):
+        if description == device_line(device):
             return int(index)
-    raise TexscopeError(f"{binary} does not see {rp._describe(device)}; it lists: "
+    raise TexscopeError(f"{binary} does not see {device_line(device)}; it lists: "
                         f"{'; '.join(done.stdout.splitlines())}")
 
 
@@ -152,7 +145,8 @@ def measure(directory: Path, names, binary: Path, args) -> list[dict]:
     index = native_device(binary, device)
     rows = []
     for name in names:
-        build, inputs_file = directory / name, directory / f"{name}.inputs.npz"
+        build = directory / name
+        inputs_file = build / "inputs.npz"
         plan = read_plan(build)
         inputs = rp.read_arrays(inputs_file, plan.inputs, "inputs")
         runs = [rp.replay(plan, inputs, device) for _ in range(args.repeat)]
@@ -176,13 +170,6 @@ def measure(directory: Path, names, binary: Path, args) -> list[dict]:
     return rows
 
 
-def commit() -> str:
-    """This checkout's commit, or "unknown" (a copy without .git)."""
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
-
-
 def _ratio(numerator: float, denominator: float) -> str:
     return f"{numerator / denominator:.2f}" if denominator > 0 and numerator >= 0 else "-"
 
@@ -200,30 +187,27 @@ def table(rows: list[dict], markdown: bool) -> str:
              _ratio(r["native_submit_ms"], r["python_submit_ms"])]
             for r in rows]
     if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
+        return "\n".join(markdown_table(head, body))
     widths = [max(len(x) for x in column) for column in zip(head, *body)]
     return "\n".join("  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in [head, *body])
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("models", nargs="*", help=f"default: {' '.join(DEFAULT)}")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--export", type=Path, metavar="DIR", help="build here (needs TVM)")
-    mode.add_argument("--replay", type=Path, metavar="DIR", help="time what --export wrote")
+    p = replay_parser(__doc__, "models", f"default: {' '.join(DEFAULT)}",
+                      "build here (needs TVM)", "time what --export wrote", target=False)
     p.add_argument("--binary", type=Path, default=ROOT / "runtime" / "build" / "texscope-run")
-    p.add_argument("--device", type=int)
     p.add_argument("--repeat", type=int, default=5, help="profiled runs (median per command)")
     p.add_argument("--steady", type=int, default=50, help="steady-state inferences (median)")
-    p.add_argument("--markdown", action="store_true")
     args = p.parse_args(argv)
+    args.export = None if args.export is None else Path(args.export)
     if args.replay is None:
         refuse_unknown(p, args.models, known_models())
-    elif not args.replay.is_dir():
-        p.error(f"{args.replay}: no such folder (native_runner.py --export writes one)")
     else:
-        refuse_unknown(p, args.models, [d.name for d in args.replay.iterdir() if d.is_dir()])
+        args.replay = replay_folder(p, args.replay)
+        try:
+            refuse_unknown(p, args.models, exported(args.replay, (), PLAN_FILE))
+        except TexscopeError as err:
+            p.error(str(err))
     if args.export is None and not args.binary.is_file():
         p.error(f"{args.binary}: no texscope-run; build it: cmake -S runtime -B runtime/build "
                 "&& cmake --build runtime/build")
@@ -239,13 +223,16 @@ def main(argv=None) -> int:
                        device_target(pick_device(args.device), "adreno-opencl"))
                 rows = measure(Path(tmp), args.models or DEFAULT, args.binary, args)
         else:
-            names = args.models or sorted(d.name for d in args.replay.iterdir() if d.is_dir())
-            rows = measure(args.replay, names, args.binary, args)
+            rows = measure(args.replay, exported(args.replay, args.models, PLAN_FILE),
+                           args.binary, args)
         device = pick_device(args.device)
-        print(f"{time.strftime('%Y-%m-%d', time.gmtime())}, {rp._describe(device)}, commit "
-              f"{commit()}; steady: median of {args.steady} inferences; device: profiled, "
-              f"median of {args.repeat} runs")
-        print(table(rows, args.markdown))
+        built = built_at(args.replay) if args.replay else ""
+        with Recorded(args.markdown, "native_runner.py", device_line(device), raw=True,
+                      built=built):
+            print(f"{device_line(device)}" + (f"; {built}" if built else "")
+                  + f"; steady: median of {args.steady} inferences; device: profiled, "
+                  f"median of {args.repeat} runs\n")
+            print(table(rows, args.markdown))
         return 0 if all(r["equal"] for r in rows) else 1
     except TexscopeError as err:
         print(f"native_runner: error: {err}", file=sys.stderr)

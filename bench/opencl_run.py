@@ -25,12 +25,11 @@ On PoCL (a CPU OpenCL) images are emulated in memory: those times show that
 the mechanism works end to end, not how fast a phone's GPU is; a desktop
 GPU's are not a phone's either.
 
-Run: ``python bench/opencl_run.py [--device N] [--repeat R] [network ...]``
+Run: ``python bench/opencl_run.py [--device N] [--repeat R] [--markdown] [network ...]``
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -39,16 +38,16 @@ from pathlib import Path
 import numpy as np
 
 from texscope.errors import TexscopeError
-from texscope.diagnostics.numerics import compare
 from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.session import Session
 from texscope.opencl.source import pick_device
-from _cli import refuse_unknown
+from _cli import (Recorded, ZOO, agreement, built_at, device_line, export_meta, exported,
+                  print_columns, read_case, refuse_unknown, replay_folder, replay_parser,
+                  write_case)
 
-NETWORKS = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
+NETWORKS = ZOO
 BUILDS = ("textures", "buffers")
-TOLERANCE = 1e-3
 
 
 def network(name):
@@ -88,28 +87,27 @@ def targets(base, device=None) -> dict:
 def export(directory: Path, loaders: dict, base: str) -> None:
     """Build every model both ways and write what a TVM-free replay needs:
     ``DIR/<name>/{textures,buffers}/``, ``inputs.npz``, ``expected.npz`` (the
-    CPU's outputs), and ``model.tflite`` where the model's loader reads a
+    CPU's outputs), ``model.tflite`` where the model's loader reads a
     ``.tflite`` file (a ``functools.partial`` of it, as
-    ``_cli.chosen_models`` makes them).  ``loaders``: name -> a callable
+    ``_cli.chosen_models`` makes them), and the commit and target it was
+    built at (``_cli.export_meta``).  ``loaders``: name -> a callable
     giving the model's Relax module."""
     import shutil
 
     import texscope
-    from texscope.diagnostics import verify
 
     for name, loader in loaders.items():
         mod = loader()
-        inputs = scaled_inputs(mod)
         root = directory / name
         for build_name, target in targets(base).items():
             (root / build_name).mkdir(parents=True, exist_ok=True)
             texscope.build(mod, target).export(root / build_name)
-        np.savez(root / "inputs.npz", *inputs)
-        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        write_case(root, mod, scaled_inputs(mod))
         source = getattr(loader, "args", ("",))[0]
         if str(source).endswith(".tflite"):
             shutil.copyfile(source, root / "model.tflite")
         print(f"exported {name} -> {root}", flush=True)
+    export_meta(directory, base)
 
 
 def measure_plan(plan_dir: Path, inputs, expected, device, repeat: int) -> dict:
@@ -121,29 +119,19 @@ def measure_plan(plan_dir: Path, inputs, expected, device, repeat: int) -> dict:
     session.profiled(inputs)
     runs = [session.profiled(inputs) for _ in range(repeat)]
     times = rp.median_times(runs)
-    # Deep float32 networks sum in another order on a GPU than on the CPU; an
-    # output reaching 1000 (segmentation logits) differs by ~1e-4 of that.
-    scale = max((float(np.abs(e).max(initial=0.0)) for e in expected), default=1.0)
-    atol = TOLERANCE * max(1.0, scale)
-    check = compare(runs[0].outputs, expected, TOLERANCE, atol)
+    check = agreement(runs[0].outputs, expected)
     return {"plan": plan, "run": runs[0], "times": times, "total": sum(t.seconds for t in times),
             "ok": check.ok, "abs_err": check.max_abs_error, "rel_err": check.max_rel_error}
 
 
 def exported_models(directory: Path, names=()) -> list[str]:
     """The models an export wrote into ``directory`` (those of ``names`` if any)."""
-    found = sorted(p.name for p in directory.iterdir() if (p / "textures").is_dir())
-    missing = [name for name in names if name not in found]
-    if missing:
-        raise TexscopeError(f"{directory}: no export of {missing[0]} (it has {', '.join(found)})")
-    return list(names) or found
+    return exported(directory, names, "textures")
 
 
 def exported_arrays(root: Path) -> tuple[list, list]:
     """(inputs, CPU outputs) an export wrote for the model in ``root``."""
-    plan = read_plan(root / "textures")
-    return (rp.read_arrays(root / "inputs.npz", plan.inputs, "inputs"),
-            rp.read_arrays(root / "expected.npz", plan.outputs, "expected outputs"))
+    return read_case(root, read_plan(root / "textures"))
 
 
 def measure_exported(directory: Path, names, device, repeat: int) -> dict:
@@ -204,9 +192,7 @@ def print_table(results: dict, top: int) -> None:
                             else "failed" for r in (tex, buf))
         rows.append((name, run.launches if run else "-", run.images if run else "-",
                      run.copies if run else "-", _ms(tex), _ms(buf), ratio, matches))
-    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
-    for row in (header, *rows):
-        print("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+    print_columns(header, rows)
     for name, row in results.items():
         for build_name in BUILDS:
             result = row[build_name]
@@ -219,23 +205,15 @@ def print_table(results: dict, top: int) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("networks", nargs="*", help=f"default: {' '.join(NETWORKS)}")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--export", metavar="DIR", help="build only, for a replay elsewhere")
-    mode.add_argument("--replay", metavar="DIR", help="replay what --export wrote (no TVM)")
-    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
+    p = replay_parser(__doc__, "networks", f"default: {' '.join(NETWORKS)}")
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--top", type=int, default=3, help="slowest commands listed per build")
     args = p.parse_args(argv)
     if not args.replay:  # a replay names the folders an export wrote
         refuse_unknown(p, args.networks, NETWORKS, "network")
-    elif not Path(args.replay).is_dir():
-        p.error(f"--replay {args.replay}: no such folder (opencl_run.py --export writes one)")
     else:
         try:
-            names = exported_models(Path(args.replay), args.networks)
+            names = exported_models(replay_folder(p, args.replay), args.networks)
         except TexscopeError as err:
             p.error(str(err))
     if args.export:
@@ -243,15 +221,16 @@ def main(argv=None) -> int:
                                    for name in args.networks or NETWORKS}, args.target)
         return 0
     device = pick_device(args.device)
-    print(f"device: {device.name.strip()} ({device.platform.name.strip()}, "
-          f"driver {device.driver_version.strip()})")
-    if "Portable Computing Language" in device.platform.name:
-        print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
     if args.replay:
         results = measure_exported(Path(args.replay), names, device, args.repeat)
     else:
         results = measure_here(args.networks or NETWORKS, device, args.repeat, args.target)
-    print_table(results, args.top)
+    built = built_at(Path(args.replay)) if args.replay else ""
+    with Recorded(args.markdown, "opencl_run.py", device_line(device), built=built):
+        print(f"device: {device_line(device)}" + (f"; {built}" if built else ""))
+        if "Portable Computing Language" in device.platform.name:
+            print("PoCL runs on the CPU: the times show that image kernels run, not phone speed.")
+        print_table(results, args.top)
     return 0
 
 

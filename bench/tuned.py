@@ -32,19 +32,22 @@ two there:
                                                             #   (DIR/<model>/tuning.json)
     python bench/tuned.py --export-tuned DIR --tuning-from RESULTS   # here: the tuned builds,
                                                             #   every build's predicted time
-    python bench/tuned.py --replay DIR [--device N] [--markdown FILE]   # device: the table
+    python bench/tuned.py --replay DIR [--device N] [--markdown]   # device: the table
 
 ``RESULTS`` is the folder the device's ``DIR`` came back as (its
-``<model>/tuning.json``).  On a device without TVM, ``--tune`` and
-``--replay`` need only numpy, pyopencl and this package (its ``texscope/``
-folder on ``PYTHONPATH``); pyopencl's pytools needs ``siphash24``.  Models: the zoo networks (``zoo/<name>``), the
-MediaPipe models of texscope's corpus, ``.tflite`` paths; all by default.
+``<model>/tuning.json``).  ``--markdown`` writes the table into
+docs/benchmarks.md (``$TEXSCOPE_BENCHMARKS_MD`` names another file), headed
+with the date, device, driver and the commits of the replay and the export.
+On a device without TVM, ``--tune`` and ``--replay`` need only numpy,
+pyopencl and this package (its ``texscope/`` folder on ``PYTHONPATH``);
+pyopencl's pytools needs ``siphash24``.  Models: the zoo networks
+(``zoo/<name>``), the MediaPipe models of texscope's corpus, ``.tflite``
+paths; all by default.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import shutil
 import statistics
@@ -53,24 +56,19 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).parent))
-from _cli import chosen_models, loaded  # noqa: E402
+from _cli import (Recorded, add_device_options, add_markdown_option, agreement,  # noqa: E402
+                  built_at, chosen_models, device_line, export_meta, loaded, markdown_table,
+                  read_case, write_case)
 from calibrated import pearson, spearman  # noqa: E402
-from opencl_run import scaled_inputs  # noqa: E402
-
-TOLERANCE = 1e-3
+from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402
 
 SET, TUNING = "set", "tuning.json"
 AGAIN = "all buffer (again)"
 
 
 def zoo_loaders():
-    from opencl_run import network  # pylint: disable=import-outside-toplevel
-
-    return {name: (lambda n=name: network(n))
-            for name in ("resnet", "mobilenet_v2", "unet", "inception", "chain64")}
+    return {name: (lambda n=name: network(n)) for name in NETWORKS}
 
 
 def folder(label: str) -> str:
@@ -99,7 +97,6 @@ def export(directory: Path, found: dict, base: dict, profiles: dict) -> None:
     """Here (TVM): per model its tuning set, the non-tuned builds, inputs and CPU outputs."""
     import texscope  # pylint: disable=import-outside-toplevel
     from texscope.backend.tuning import tuning_set
-    from texscope.diagnostics import verify
 
     width = max(map(len, found), default=10)
     for name, mod in loaded(found, width):
@@ -112,14 +109,13 @@ def export(directory: Path, found: dict, base: dict, profiles: dict) -> None:
             plan_dir = root / folder(label)
             plan_dir.mkdir()
             texscope.opencl.plan_of(texscope.build(mod, target, profile=profile)).write(plan_dir)
-        inputs = scaled_inputs(mod)
-        np.savez(root / "inputs.npz", *inputs)
-        np.savez(root / "expected.npz", *verify.reference_outputs(mod, inputs))
+        write_case(root, mod, scaled_inputs(mod))
         (root / "meta.json").write_text(json.dumps({
             "model": name, "set_build_s": round(set_s, 2),
             "builds": [b[0] for b in builds_of(base, profiles)],
             "profiles": {label: str(p.origin) for label, p in profiles.items()}}, indent=1))
         print(f"  {name}: tuning set built in {set_s:.1f} s, builds written", flush=True)
+    export_meta(directory, "adreno-opencl")
 
 
 def tune(directory: Path, device_index: int | None, repeats: int) -> None:
@@ -196,11 +192,11 @@ def export_tuned(directory: Path, results: Path, found: dict, base: dict, profil
         (root / "meta.json").write_text(json.dumps(meta, indent=1))
         print(f"  {name}: tuned build written ({len(result.report.kernels)} kernels measured, "
               f"{len(result.report.untuned)} calls by the profile)", flush=True)
+    export_meta(directory, "adreno-opencl")
 
 
 def measure(directory: Path, device, runs: int) -> dict:
     """On the device: every model's builds, taking turns run by run."""
-    from texscope.diagnostics.numerics import compare
     from texscope.opencl import replay as rp
     from texscope.opencl.plan import read_plan
 
@@ -213,20 +209,17 @@ def measure(directory: Path, device, runs: int) -> dict:
         labels = [*meta["builds"], AGAIN]
         plans = {label: read_plan(root / folder("all buffer" if label == AGAIN else label))
                  for label in labels}
-        first = plans["all buffer"]
-        inputs = rp.read_arrays(root / "inputs.npz", first.inputs, "inputs")
-        expected = rp.read_arrays(root / "expected.npz", first.outputs, "expected outputs")
+        inputs, expected = read_case(root, plans["all buffer"])
         results = {label: [rp.replay(plan, inputs, device)] for label, plan in plans.items()}
         for _ in range(runs):
             for label, plan in plans.items():
                 results[label].append(rp.replay(plan, inputs, device))
-        scale = max((float(np.abs(e).max(initial=0.0)) for e in expected), default=1.0)
         tuning = json.loads((root / TUNING).read_text())
         rows = {}
         for label, done in results.items():
             timed = done[1:]
             seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
-            ok = compare(done[0].outputs, expected, TOLERANCE, TOLERANCE * max(1.0, scale)).ok
+            ok = agreement(done[0].outputs, expected).ok
             rows[label] = {"run": done[0], "seconds": seconds, "ok": ok,
                            "predicted": meta["predicted_s"].get(label)}
         found[meta["model"]] = {"rows": rows, "set_build_s": meta["set_build_s"],
@@ -251,8 +244,7 @@ def table(found: dict) -> list[str]:
                          f"{row['seconds'] / floor:.3f}", run.launches, run.images, run.copies,
                          "-" if row["predicted"] is None else f"{row['predicted'] * 1e3:.3f}",
                          "yes" if row["ok"] else "NO"))
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    lines = markdown_table(header, rows)
     lines += ["", "Noise band: `all buffer (again)` against `all buffer`, the same program "
               "replayed as a build of its own.", ""]
     lines += [f"Predicted (tuning file's kernel and copy times) against measured, over "
@@ -279,11 +271,10 @@ def main(argv=None) -> int:
                         help="the folder --tune wrote, back from the device")
     parser.add_argument("--profile", action="append", default=[],
                         help="a cost profile calibrated on the device (repeatable)")
-    parser.add_argument("--device", type=int, help="OpenCL device index")
+    add_device_options(parser, target=False)
     parser.add_argument("--runs", type=int, default=9, help="timed runs per build (median)")
     parser.add_argument("--repeats", type=int, default=9, help="--tune: runs per median")
-    parser.add_argument("--markdown", metavar="FILE", help="--replay: also write the table "
-                                                           "(with date, device, driver) here")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     building = not (args.tune or args.replay)
     found = chosen_models(parser, args.models, zoo_loaders()) if building else {}
@@ -315,18 +306,11 @@ def main(argv=None) -> int:
         tune(Path(args.tune), args.device, args.repeats)
         return 0
     device = pick_device(args.device)
-    described = (f"{device.name.strip()} ({device.platform.name.strip()}, driver "
-                 f"{device.driver_version.strip()})")
-    print(f"device: {described}")
+    built = built_at(Path(args.replay))
+    print(f"device: {device_line(device)}" + (f"; {built}" if built else ""))
     lines = table(measure(Path(args.replay), device, args.runs))
-    print("\n".join(lines))
-    if args.markdown:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=Path(__file__).parent).stdout.strip() or "?"
-        head = [f"## Tuned plans (bench/tuned.py), "
-                f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}", "",
-                f"Device: {described}; commit {commit}; median of {args.runs} runs.", ""]
-        Path(args.markdown).write_text("\n".join(head + lines) + "\n")
+    with Recorded(args.markdown, "tuned.py", device_line(device), raw=True, built=built):
+        print(f"Median of {args.runs} runs per build.\n\n" + "\n".join(lines))
     return 0
 
 

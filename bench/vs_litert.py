@@ -22,7 +22,8 @@ run a model (an operator its GPU lacks, a custom operator) the row says so.
 Build here, run there (LiteRT's GPU needs a Vulkan loader and driver):
 
     python bench/vs_litert.py --export DIR [model ...]   # here, with TVM
-    python bench/vs_litert.py --replay DIR [--device N]   # there: numpy, pyopencl, ai-edge-litert
+    python bench/vs_litert.py --replay DIR [--device N] [--markdown]   # there: numpy, pyopencl,
+                                                                        #   ai-edge-litert
 
 The export is ``opencl_run.py``'s (``kernel_pairs.py --export`` writes the
 same folders), each model's ``.tflite`` beside its builds.
@@ -30,23 +31,21 @@ same folders), each model's ``.tflite`` beside its builds.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 from texscope.errors import TexscopeError
 from texscope.opencl.plan import PLAN_FILE, read_plan
-from texscope.opencl.session import Session
+from texscope.opencl.session import Session, wall_clock
 from texscope.opencl.source import pick_device
 import opencl_run
-from _cli import chosen_models
-from _report import device_line, export_meta, write_markdown
+from _cli import (Recorded, built_at, chosen_models, device_line, markdown_table, replay_folder,
+                  replay_parser)
 
 LITERT = ("litert_cpu", "litert_gpu_f32", "litert_gpu_f16")
 #: An output this far from the CPU's (over its largest magnitude) is wrong.
@@ -85,14 +84,7 @@ class LiteRT:
                 for buffer, (shape, dtype) in zip(self.buffers, self.outputs)]
 
     def wall_times(self, arrays, runs: int, warmup: int = 3) -> list[float]:
-        for _ in range(warmup):
-            self.run(arrays)
-        seconds = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            self.run(arrays)
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        return wall_clock(functools.partial(self.run, arrays), runs, warmup)
 
 
 class Texscope:
@@ -176,7 +168,7 @@ def tables(rows: dict) -> list[str]:
                     key=lambda b: (opencl_run.BUILDS.index(b) if b in opencl_run.BUILDS else 2, b))
     header = ["model", *(f"{v} ms" for v in (*LITERT, *builds)), "best texscope / gpu f32",
               *(f"{v} error" for v in (*LITERT[1:], *builds))]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = markdown_table(header, [])
     wins, compared, failures = 0, 0, []
     for name, row in rows.items():
         mine = [row[b]["seconds"] for b in builds if "seconds" in row.get(b, {})]
@@ -199,17 +191,10 @@ def tables(rows: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("models", nargs="*", help="default: every MediaPipe model of the corpus")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--export", metavar="DIR", help="build only, for a replay elsewhere")
-    mode.add_argument("--replay", metavar="DIR", help="run what --export wrote (no TVM)")
-    p.add_argument("--device", type=int, help="OpenCL device index (replay --list-devices)")
+    p = replay_parser(__doc__, "models", "default: every MediaPipe model of the corpus")
     p.add_argument("--runs", type=int, default=50, help="inferences per round")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--target", default="adreno-opencl")
     p.add_argument("--json", metavar="FILE", help="write every measurement here")
-    p.add_argument("--markdown", metavar="FILE", help="append the table to this file")
     args = p.parse_args(argv)
     try:
         if not args.replay:
@@ -218,11 +203,8 @@ def main(argv=None) -> int:
             p.error("give --export DIR (where TVM is) or --replay DIR (where the GPU is)")
         if args.export:
             opencl_run.export(Path(args.export), loaders, args.target)
-            export_meta(Path(args.export), args.target)
             return 0
-        root = Path(args.replay)
-        if not root.is_dir():
-            p.error(f"--replay {args.replay}: no such folder (--export writes one)")
+        root = replay_folder(p, args.replay)
         names = [n for n in opencl_run.exported_models(root, args.models)
                  if (root / n / "model.tflite").is_file()]
         device = pick_device(args.device)
@@ -235,14 +217,14 @@ def main(argv=None) -> int:
             print(f"interrupted after {len(rows)} of {len(names)} models", file=sys.stderr)
     except TexscopeError as err:
         p.error(str(err))
-    head = device_line(device, root) + (f"; median of {args.runs} inferences per round, "
-                                        f"median of {args.rounds} rounds")
-    lines = tables(rows)
-    print(head + "\n\n" + "\n".join(lines))
+    built = built_at(root)
+    head = device_line(device) + (f"; {built}" if built else "")
+    median = f"Median of {args.runs} inferences per round, median of {args.rounds} rounds."
+    print(head + "\n")
+    with Recorded(args.markdown, "vs_litert.py", device_line(device), raw=True, built=built):
+        print(median + "\n\n" + "\n".join(tables(rows)))
     if args.json:
         Path(args.json).write_text(json.dumps({"device": head, "models": rows}, indent=1) + "\n")
-    if args.markdown:
-        write_markdown(args.markdown, "texscope against LiteRT (bench/vs_litert.py)", head, lines)
     return 0
 
 

@@ -43,6 +43,16 @@ def test_opencl_run_refuses_a_replay_of_a_missing_folder(tmp_path):
     assert not missing.exists()
 
 
+@pytest.mark.parametrize("bench", ["opencl_run.py", "kernel_pairs.py", "calibrated.py",
+                                   "native_runner.py"])
+def test_a_replay_of_a_folder_with_no_export_is_a_usage_error(tmp_path, bench):
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / bench), "--replay",
+                           str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{bench}: error: {tmp_path}: no export in it (no folder holds ")
+
+
 def test_the_real_models_bench_checks_the_texture_build_against_tflite(mediapipe):
     """The OpenCL outputs against the CPU build of the same module and
     against TFLite's interpreter: the second checks the import as well."""
@@ -79,9 +89,12 @@ def test_markdown_writes_the_scripts_section_and_replaces_only_it(tmp_path):
     table = [line for line in done.stdout.splitlines() if line.startswith(("network", "inception"))]
     assert len(table) == 2 and "\n".join(table) in section
     assert section.endswith("<!-- /bench:layout_conversion.py -->\n")
-def _bench(*args, check=True):
+def _bench(*args, check=True, markdown=None):
+    """Run bench script ``args[0]``; ``markdown``: the file its ``--markdown`` writes."""
+    env = {**os.environ, **({"TEXSCOPE_BENCHMARKS_MD": str(markdown)} if markdown else {})}
     return subprocess.run([sys.executable, str(ROOT / "bench" / args[0]), *map(str, args[1:])],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=check)
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, check=check,
+                          env=env)
 
 
 def test_kernel_pairs_times_every_kernel_both_ways_after_an_export(tmp_path):
@@ -89,7 +102,7 @@ def test_kernel_pairs_times_every_kernel_both_ways_after_an_export(tmp_path):
     both builds, each kernel classified, both builds matching the CPU."""
     _bench("kernel_pairs.py", "--export", tmp_path / "out", "zoo/inception")
     done = _bench("kernel_pairs.py", "--replay", tmp_path / "out", "--repeat", "1",
-                  "--json", tmp_path / "pairs.json", "--markdown", tmp_path / "bench.md")
+                  "--json", tmp_path / "pairs.json", "--markdown", markdown=tmp_path / "bench.md")
     written = json.loads((tmp_path / "pairs.json").read_text())
     pairs = written["pairs"]
     launches = [sum(isinstance(s, KernelStep) for s in read_plan(tmp_path / "out" /
@@ -104,8 +117,15 @@ def test_kernel_pairs_times_every_kernel_both_ways_after_an_export(tmp_path):
     row = next(line for line in done.stdout.splitlines() if line.startswith("| zoo_inception |"))
     assert row.endswith("| yes, yes |")
     assert f"| {len(pairs)} +{launches[0] - len(pairs)}/+{launches[1] - len(pairs)} |" in row
-    assert "Kernel pairs" in (tmp_path / "bench.md").read_text()
-    assert (tmp_path / "out" / "meta.json").is_file()
+    # The section names the commit the export was built at: a replay on a
+    # copy without .git still says which code made the kernels.
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["target"] == "adreno-opencl" and meta["commit"] != "unknown"
+    section = (tmp_path / "bench.md").read_text().split("<!-- bench:kernel_pairs.py -->\n")[1]
+    assert re.match(r"## kernel_pairs.py\n\nRan \d{4}-\d\d-\d\d \d\d:\d\d UTC on .+, driver .+\), "
+                    rf"commit \S+ \(the export built at {meta['commit']} for adreno-opencl\):",
+                    section)
+    assert row in section and section.endswith("<!-- /bench:kernel_pairs.py -->\n")
 
 
 def test_fuzz_replay_replays_the_drawn_modules_and_names_a_mismatch(tmp_path):
@@ -138,13 +158,15 @@ def test_the_tuned_bench_runs_its_four_steps_on_pocl(tmp_path):
     out = tmp_path / "out"
     steps = [["--export", str(out), "zoo/inception"], ["--tune", str(out), "--repeats", "1"],
              ["--export-tuned", str(out), "--tuning-from", str(out), "zoo/inception"],
-             ["--replay", str(out), "--markdown", str(tmp_path / "table.md")]]
+             ["--replay", str(out), "--markdown"]]
+    env = {**os.environ, "TEXSCOPE_BENCHMARKS_MD": str(tmp_path / "table.md")}
     for step in steps:
-        done = subprocess.run(bench + step, capture_output=True, text=True, cwd=ROOT, timeout=600)
+        done = subprocess.run(bench + step, capture_output=True, text=True, cwd=ROOT, timeout=600,
+                              env=env)
         assert done.returncode == 0, done.stderr[-2000:]
     table = (tmp_path / "table.md").read_text()
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| zoo/inception")]
     assert [r[1] for r in rows[:5]] == ["tuned", "default", "all texture", "all buffer",
                                         "all buffer (again)"]
     assert all(r[-1].startswith("yes") for r in rows[:5])
-    assert "Spearman rho" in table
+    assert "Spearman rho" in table and "<!-- bench:tuned.py -->" in table

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import shutil
 import sys
 import textwrap
@@ -19,7 +18,7 @@ from .knowledge import registry
 from .models import zoo
 from .backend.build import THREADED_PASSES, build
 from .backend.parallel import build_jobs, jobs_limit
-from .errors import TexscopeError
+from .errors import TexscopeError, exit_status
 from .frontend.input_shapes import parse_input_shape, with_input_shapes
 from .frontend.model_file import PRINTED_HEADER, load_model
 from .backend.outdir import check_output_dir, record_written, written_before
@@ -505,16 +504,7 @@ def main(argv=None) -> int:
     p = commands.add_parser("ops", help="print the operator registry")
     p.set_defaults(run=cmd_ops)
     args = parser.parse_args(argv)
-    try:
-        return args.run(args) or 0
-    except TexscopeError as err:
-        print(f"texscope: error: {err}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        # The reader (head, less) stopped early; Python would print a traceback
-        # flushing stdout at exit, so point stdout at nothing first.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    return exit_status(lambda: args.run(args) or 0, "texscope")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,23 @@ class TexscopeError(RuntimeError):
         super().__init__(where + message)
 
 
+def read_json(path, what: str):
+    """The JSON document in ``path``; a missing, unreadable or malformed file
+    is a :class:`TexscopeError` naming ``what`` it should hold (and the line)."""
+    import json  # pylint: disable=import-outside-toplevel
+    from pathlib import Path  # pylint: disable=import-outside-toplevel
+
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TexscopeError(f"no such {what}: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise TexscopeError(f"cannot read {what} {path}: {err}") from None
+    except json.JSONDecodeError as err:
+        raise TexscopeError(f"{path}, line {err.lineno}: not JSON ({err.msg})") from None
+
+
 def exit_status(run, prog: str) -> int:
     """The exit status of a command line ``run`` carries out.
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import attrs
 
-from ..errors import TexscopeError
+from ..errors import TexscopeError, read_json
 
 FORMAT = "texscope-cost-profile"
 VERSION = 1
@@ -184,16 +184,7 @@ def from_document(document: Mapping, origin: str = "built-in") -> CostProfile:
 
 def load(path) -> CostProfile:
     """Read and validate a profile file."""
-    path = Path(path)
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TexscopeError(f"no such cost profile: {path}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise TexscopeError(f"cannot read cost profile {path}: {err}") from None
-    except json.JSONDecodeError as err:
-        raise TexscopeError(f"{path}, line {err.lineno}: not JSON ({err.msg})") from None
-    return from_document(document, str(path))
+    return from_document(read_json(path, "cost profile"), str(Path(path)))
 
 
 @functools.lru_cache(maxsize=None)

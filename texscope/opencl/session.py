@@ -232,12 +232,17 @@ class Session:
         """Host wall-clock seconds of each of ``runs`` inferences (input
         upload, the commands, output read-back), after ``warmup`` untimed ones."""
         arrays = self._check(inputs)
-        for _ in range(warmup):
-            self._inference(arrays)
-        seconds = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            self._inference(arrays)
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        return wall_clock(lambda: self._inference(arrays), runs, warmup)
 
+
+def wall_clock(call, runs: int, warmup: int = 3) -> list[float]:
+    """Host wall-clock seconds of each of ``runs`` calls of ``call``, after
+    ``warmup`` untimed ones (a runtime's first calls set things up)."""
+    for _ in range(warmup):
+        call()
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return seconds

@@ -23,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-from ..errors import TexscopeError
+from ..errors import TexscopeError, read_json
 
 SET_FORMAT = "texscope-tuning-set"
 FORMAT = "texscope-tuning"
@@ -32,21 +32,10 @@ SET_MANIFEST = "tuning-set.json"
 PROGRAM = "program"
 
 
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TexscopeError(f"no such {what}: {path}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise TexscopeError(f"cannot read {what} {path}: {err}") from None
-    except json.JSONDecodeError as err:
-        raise TexscopeError(f"{path}, line {err.lineno}: not JSON ({err.msg})") from None
-
-
 def read_set(directory) -> dict:
     """The manifest of a tuning set, checked."""
     path = Path(directory) / SET_MANIFEST
-    manifest = _read_json(path, "tuning set (write one with `texscope tune MODEL -o DIR`)")
+    manifest = read_json(path, "tuning set (write one with `texscope tune MODEL -o DIR`)")
     if not isinstance(manifest, dict) or manifest.get("format") != SET_FORMAT \
             or manifest.get("version") != VERSION:
         raise TexscopeError(f"{path}: not a texscope tuning set (format {SET_FORMAT!r}, "
@@ -121,7 +110,7 @@ def _timed(entry: dict, where: str) -> None:
 def load(path) -> dict:
     """Read and check a tuning file."""
     path = Path(path)
-    return check_tuning(_read_json(path, "tuning file"), str(path))
+    return check_tuning(read_json(path, "tuning file"), str(path))
 
 
 def is_tuning_file(path) -> bool:
