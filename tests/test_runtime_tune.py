@@ -57,8 +57,11 @@ def tuned(tmp_path_factory):
     return root
 
 
+SPREAD = ("seconds", "min_seconds", "max_seconds")
+
+
 def _without_seconds(entries):
-    return [{k: v for k, v in entry.items() if k != "seconds"} for entry in entries]
+    return [{k: v for k, v in entry.items() if not k.endswith("seconds")} for entry in entries]
 
 
 def test_the_runner_writes_the_python_tuners_file(tuned):
@@ -82,6 +85,8 @@ def test_the_runner_writes_the_python_tuners_file(tuned):
     times = [v["seconds"] for k in native["kernels"].values() for v in k["variants"]]
     times += [c["seconds"] for c in native["copies"]]
     assert all(0 < t < 1 for t in times)
+    entries = [v for k in native["kernels"].values() for v in k["variants"]] + native["copies"]
+    assert all(e["min_seconds"] <= e["seconds"] <= e["max_seconds"] for e in entries)
 
 
 def _with_times_of(document: dict, timed: dict) -> dict:
@@ -90,9 +95,9 @@ def _with_times_of(document: dict, timed: dict) -> dict:
     for key, kernel in out["kernels"].items():
         for variant, measured in zip(kernel["variants"], timed["kernels"][key]["variants"],
                                      strict=True):
-            variant["seconds"] = measured["seconds"]
+            variant.update({k: measured[k] for k in SPREAD})
     for copy, measured in zip(out["copies"], timed["copies"], strict=True):
-        copy["seconds"] = measured["seconds"]
+        copy.update({k: measured[k] for k in SPREAD})
     return out
 
 

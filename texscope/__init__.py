@@ -45,9 +45,9 @@ _EXPORTS = {
     "from_torch": "frontend.torch_model",
     "LegalizeOnce": "rewrites.legalize",
     "PadWholeTexels": "rewrites.texel_pad",
-    "OrderForMemory": "backend.memory_order",
-    "PlanStorages": "backend.storage_plan",
-    "SizeTextureStorages": "backend.memory",
+    "OrderForMemory": "backend.memory.call_order",
+    "PlanStorages": "backend.memory.storage_plan",
+    "SizeTextureStorages": "backend.memory.device_memory",
 }
 
 # Modules moved since the last release -> where they are now; the old name

@@ -143,27 +143,32 @@ void tune(const TuneOptions& o) {
     for (const auto& [binding, seconds] : totals) per_binding[binding].push_back(seconds);
     progress(run + 2, o.repeats + 1, "run " + std::to_string(run + 1));
   }
-  auto seconds_of = [&](const Json& entry) {
+  // The median and, as the planner's noise margin, the fastest and slowest run.
+  auto timed_of = [&](const Json& entry) {
     const std::string binding = entry["binding"].get<std::string>();
     auto found = per_binding.find(binding);
     if (found == per_binding.end())
       throw Error(root + ": the program runs nothing for binding '" + binding + "'");
-    return median(found->second);
+    const auto [fastest, slowest] = std::minmax_element(found->second.begin(), found->second.end());
+    return Json{{"seconds", median(found->second)}, {"min_seconds", *fastest},
+                {"max_seconds", *slowest}};
   };
 
   Json kernels = Json::object();
   for (const auto& [key, kernel] : manifest["kernels"].items())
     kernels[key] = {{"name", kernel["name"]}, {"positions", kernel["positions"]},
                     {"shapes", kernel["shapes"]}, {"variants", Json::array()}};
-  for (const Json& variant : manifest["variants"])
-    kernels[variant["kernel"].get<std::string>()]["variants"].push_back(
-        {{"scopes", variant["scopes"]}, {"seconds", seconds_of(variant)}});
+  for (const Json& variant : manifest["variants"]) {
+    Json timed = {{"scopes", variant["scopes"]}};
+    timed.update(timed_of(variant));
+    kernels[variant["kernel"].get<std::string>()]["variants"].push_back(timed);
+  }
   Json copies = Json::array();
   for (const Json& copy : manifest["copies"]) {
     Json timed = Json::object();
     for (const auto& [field, value] : copy.items())
       if (field != "binding") timed[field] = value;
-    timed["seconds"] = seconds_of(copy);
+    timed.update(timed_of(copy));
     copies.push_back(timed);
   }
   const Device::Info facts = device.info();
@@ -188,7 +193,7 @@ void tune(const TuneOptions& o) {
       {"measured_at", utc_now()},
       {"repeats", o.repeats},
       {"method", "texscope-run --tune: OpenCL profiling events, one warm-up run, median of " +
-                     std::to_string(o.repeats) + " runs of the whole tuning program"},
+                     std::to_string(o.repeats) + " runs of the whole tuning program (min and max: the fastest and slowest)"},
       {"kernels", kernels},
       {"copies", copies}};
   std::ofstream out(o.output);

@@ -14,3 +14,7 @@ grouped by job:
 
 Workarounds of TVM behaviour are in :mod:`texscope.tvm_workarounds`.
 """
+
+from .. import _submodules_on_access
+
+__getattr__ = _submodules_on_access(__name__)

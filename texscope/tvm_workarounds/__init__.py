@@ -15,3 +15,7 @@ on TVM alone and fails once TVM no longer has it (drop the module then):
 - ``heap``: glibc's heap thresholds raised for TVM's analyzer allocations
   (build time; its canary is a measurement, see the module).
 """
+
+from .. import _submodules_on_access
+
+__getattr__ = _submodules_on_access(__name__)
