@@ -19,7 +19,6 @@ from texscope.backend.fusion import fuse_passes, run_under
 from texscope.backend.tuning.measured import kernel_key, measured_costs, plan_profiles
 from texscope.cleanup import Cleanup
 from texscope.collect_consumer import collect_consumer
-from texscope.collect_producer import plan_of
 from texscope.convert_layout import LegalizeKeepingAttrs
 from texscope.frontend.naming import ConvertKeepingNames
 from texscope.define_vdevice import define_vdevice
@@ -27,7 +26,7 @@ from texscope.diagnostics.verify import check_invariants
 from texscope.errors import TexscopeError
 from texscope.frontend.model_file import PRINTED_HEADER
 from texscope.ir.graph import CALL_TIR, TO_VDEVICE, static_shape
-from texscope.knowledge.registry import Storage
+from texscope.diagnostics.exhaustive import every_plan
 from texscope.knowledge.targets import host_target, is_texture_scope, texture_target
 from texscope.opencl import tuning
 from texscope.opencl.tune import measure
@@ -264,26 +263,14 @@ def _realized(model):
     with device:
         legalized = LegalizeKeepingAttrs()(ConvertKeepingNames(device)(model()))
         consumers = collect_consumer(legalized, "main", texture_target(device))
-    graph = consumers.graph
-    free = [t.index for t in graph.tensors if t.fit.scope is not None]
-    slots = [(t, p) for t in free for p, d in enumerate(consumers.demands[t]) if d.call is not None]
-    assert len(free) + len(slots) <= 8
-    both = (Storage.BUFFER, Storage.TEXTURE)
+    plans = every_plan(consumers, max_free=8)
+    assert plans is not None
     found = []
-    for written in itertools.product(both, repeat=len(free)):
-        storages = [Storage.BUFFER] * len(graph.tensors)
-        for tensor, storage in zip(free, written):
-            storages[tensor] = storage
-        for read in itertools.product(both, repeat=len(slots)):
-            reads = [[storages[t.index]] * len(consumers.demands[t.index]) for t in graph.tensors]
-            for (tensor, position), storage in zip(slots, read):
-                reads[tensor][position] = storage
-            plan = plan_of(consumers, storages, reads, "exhaustive")
-            with device:
-                annotated = Cleanup()(define_vdevice(legalized, {"main": plan},
-                                                     texture_target(device)))
-            if not check_invariants(annotated, device):
-                found.append(_fused(annotated))
+    for plan in plans:
+        with device:
+            annotated = Cleanup()(define_vdevice(legalized, {"main": plan}, texture_target(device)))
+        if not check_invariants(annotated, device):
+            found.append(_fused(annotated))
     _REALIZED[model] = found
     return found
 

@@ -145,20 +145,16 @@ class RealizedOptimum:
     valid: int
 
 
-def realized_optimum(mod: tvm.IRModule, texture: TextureTarget, function: str = "main",
-                     max_free: int = MAX_REALIZED) -> RealizedOptimum | None:
-    """The cheapest valid annotation of ``function`` in ``mod`` (stage 1's
-    output), by trying them all; None when there are more than ``2**max_free``.
+def every_plan(consumers, max_free: int = MAX_REALIZED):
+    """Every assignment of storages to the tensors of ``consumers``' function,
+    as plans (an iterator); None when there are more than ``2**max_free``.
 
     Every tensor that fits a texture flavour on the target is tried in a
     buffer and in a texture, and every kernel operand reading it in either
     (a tensor that fits none is a buffer: a texture of it breaks an
-    invariant anyway).  Each assignment is written in by
-    :func:`texscope.define_vdevice.define_vdevice` and
-    :func:`texscope.cleanup.Cleanup`, as the pipeline does; what the
-    registry allows is left to :func:`check_invariants`.
+    invariant anyway).  What the registry allows is left to the caller
+    (:func:`check_invariants` on the realized plan).
     """
-    consumers = collect_consumer(mod, function, texture)
     graph = consumers.graph
     free = [t.index for t in graph.tensors if t.fit.scope is not None]
     slots = [(t, position) for t in free
@@ -166,22 +162,44 @@ def realized_optimum(mod: tvm.IRModule, texture: TextureTarget, function: str = 
     if len(free) + len(slots) > max_free:
         return None
     both = (Storage.BUFFER, Storage.TEXTURE)
+
+    def plans():
+        for written in itertools.product(both, repeat=len(free)):
+            storages = [Storage.BUFFER] * len(graph.tensors)
+            for tensor, storage in zip(free, written):
+                storages[tensor] = storage
+            for read in itertools.product(both, repeat=len(slots)):
+                # The return is no kernel: it reads what is written.
+                reads = [[storages[t.index]] * len(consumers.demands[t.index])
+                         for t in graph.tensors]
+                for (tensor, position), storage in zip(slots, read):
+                    reads[tensor][position] = storage
+                yield plan_of(consumers, storages, reads, "exhaustive")
+
+    return plans()
+
+
+def realized_optimum(mod: tvm.IRModule, texture: TextureTarget, function: str = "main",
+                     max_free: int = MAX_REALIZED) -> RealizedOptimum | None:
+    """The cheapest valid annotation of ``function`` in ``mod`` (stage 1's
+    output), by trying them all; None when there are more than ``2**max_free``.
+
+    Each assignment :func:`every_plan` makes is written in by
+    :func:`texscope.define_vdevice.define_vdevice` and
+    :func:`texscope.cleanup.Cleanup`, as the pipeline does; what the
+    registry allows is left to :func:`check_invariants`.
+    """
+    consumers = collect_consumer(mod, function, texture)
+    plans = every_plan(consumers, max_free)
+    if plans is None:
+        return None
     best, tried, valid = None, 0, 0
-    for written in itertools.product(both, repeat=len(free)):
-        storages = [Storage.BUFFER] * len(graph.tensors)
-        for tensor, storage in zip(free, written):
-            storages[tensor] = storage
-        for read in itertools.product(both, repeat=len(slots)):
-            # The return is no kernel: it reads what is written.
-            reads = [[storages[t.index]] * len(consumers.demands[t.index]) for t in graph.tensors]
-            for (tensor, position), storage in zip(slots, read):
-                reads[tensor][position] = storage
-            plan = plan_of(consumers, storages, reads, "exhaustive")
-            annotated = Cleanup()(define_vdevice(mod, {function: plan}, texture))
-            tried += 1
-            if check_invariants(annotated, texture.target):
-                continue
-            valid += 1
-            price = realized_price(annotated, texture)
-            best = price if best is None or price < best else best
+    for plan in plans:
+        annotated = Cleanup()(define_vdevice(mod, {function: plan}, texture))
+        tried += 1
+        if check_invariants(annotated, texture.target):
+            continue
+        valid += 1
+        price = realized_price(annotated, texture)
+        best = price if best is None or price < best else best
     return RealizedOptimum(best, tried, valid)
