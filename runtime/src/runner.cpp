@@ -215,14 +215,8 @@ struct Session::Command {
 };
 
 std::string Device::describe() const {
-  const OpenCL& cl = opencl();
-  size_t size = 0;
-  check(cl.clGetPlatformInfo(platform, CL_PLATFORM_NAME, 0, nullptr, &size), "clGetPlatformInfo");
-  std::string name(size, '\0');
-  check(cl.clGetPlatformInfo(platform, CL_PLATFORM_NAME, size, name.data(), nullptr),
-        "clGetPlatformInfo");
-  return stripped(text_info(cl, id, CL_DEVICE_NAME)) + " (" + stripped(name.c_str()) +
-         ", driver " + stripped(text_info(cl, id, CL_DRIVER_VERSION)) + ")";
+  const Info facts = info();
+  return facts.name + " (" + facts.platform + ", driver " + facts.driver_version + ")";
 }
 
 std::vector<Device> devices() {
