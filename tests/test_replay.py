@@ -256,6 +256,31 @@ def test_a_steady_session_gives_the_one_shot_replays_numbers_run_after_run(confl
     assert not np.array_equal(session.run(other)[0], replay(conflict.plan, conflict.inputs).outputs[0])
 
 
+def test_a_source_cut_into_parts_defines_each_kernel_once_and_runs_alike(conflict, monkeypatch):
+    """A source of many kernels compiles as several programs at once; each
+    part holds the head and whole kernels, and the session built from the
+    parts gives the one-program session's numbers bit for bit."""
+    from texscope.opencl import source as opencl_source
+
+    names = list(opencl_source.kernel_signatures(conflict.plan.source))
+    assert len(names) >= 2
+    parts = opencl_source.source_parts(conflict.plan.source, len(names))
+    assert 1 < len(parts) <= len(names)
+    assert all(part.startswith(conflict.plan.source[:conflict.plan.source.find("// Function: ")])
+               for part in parts)
+    assert sorted(n for part in parts for n in opencl_source.kernel_signatures(part)) == sorted(names)
+    assert all(not line.endswith(");") for part in parts for line in part.splitlines()
+               if line.startswith("__kernel "))
+    monkeypatch.setattr(opencl_source, "PARALLEL_FROM", 1)
+    _, programs = opencl_source.compiled_kernels(conflict.plan.source, opencl_source.default_device(),
+                                                 jobs=len(names))
+    assert len({id(p) for p in programs.values()}) == len(parts)
+    whole = opencl.Session(conflict.plan).run(conflict.inputs)
+    in_parts = opencl.Session(conflict.plan, jobs=len(names)).run(conflict.inputs)
+    for a, b in zip(whole, in_parts):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_steady_inference_allocates_nothing_and_binds_no_argument(conflict):
     session = opencl.Session(conflict.plan)
 

@@ -147,6 +147,7 @@ def test_timed_tuning_file_round_trips(two_convs_set, tmp_path):
     assert all(c["min_seconds"] == c["seconds"] == c["max_seconds"] for c in loaded["copies"])
     assert len(loaded["copies"]) == len(manifest["copies"])
     assert all(c["seconds"] > 0 for c in loaded["copies"])
+    assert 0 < loaded["set_up_s"] <= loaded["timed_s"]
     result = build(two_convs(), TARGET, tuning=path)
     assert len(result.report.kernels) == 4 and result.report.untuned == ()
     conv = next(k for k in result.report.kernels if k.call == "lv1")

@@ -35,7 +35,7 @@ from ..errors import TexscopeError
 from .memory import DeviceMemory
 from .plan import CopyStep, KernelStep, Plan, ScalarArg, TensorArg, WorkspaceArg
 from .resolve import bind_sizes, resolved
-from .source import compiled, default_device, kernel_signatures, pyopencl
+from .source import compiled_kernels, default_device, kernel_signatures, pyopencl
 
 
 @attrs.frozen
@@ -75,9 +75,9 @@ class Launcher:
     its own ``cl_kernel``; tensors are allocated in ``memory`` as the
     launches first name them."""
 
-    def __init__(self, cl, program, memory: DeviceMemory, plan: Plan):
+    def __init__(self, cl, programs, memory: DeviceMemory, plan: Plan):
         self.cl = cl
-        self.program = program
+        self.programs = programs  # kernel name -> the program defining it
         self.memory = memory
         self.plan = plan
         self.declared = {name: [p.strip() for p in params.split(",")]
@@ -91,7 +91,7 @@ class Launcher:
             # many long kernel names (pose_landmark_full).
             raise TexscopeError(f"kernel {step.kernel} is not in the OpenCL source",
                                 "main", step.binding)
-        kernel = self.cl.Kernel(self.program, step.kernel)
+        kernel = self.cl.Kernel(self.programs[step.kernel], step.kernel)
         for position, arg in enumerate(step.args):
             if isinstance(arg, ScalarArg):
                 value = np.dtype(arg.dtype).type(arg.value)
@@ -137,6 +137,9 @@ class Session:
         The first device found by default.
     profile : bool
         Record OpenCL profiling events (for :meth:`profiled`).
+    jobs : int
+        Programs compiled at once for a source of many kernels (see
+        :func:`texscope.opencl.source.compiled_kernels`).
 
     Raises
     ------
@@ -146,7 +149,8 @@ class Session:
         the device's limits, or a compiler error.
     """
 
-    def __init__(self, plan: Plan, inputs=None, device=None, profile: bool = False):
+    def __init__(self, plan: Plan, inputs=None, device=None, profile: bool = False,
+                 jobs: int = 1):
         cl = self.cl = pyopencl()
         if plan.is_symbolic:
             if inputs is None:
@@ -155,11 +159,11 @@ class Session:
             plan = resolved(plan, bind_sizes(plan, inputs))
         self.plan = plan
         self.device = device or default_device()
-        context, self.program = compiled(plan.source, self.device)
+        context, programs = compiled_kernels(plan.source, self.device, jobs)
         properties = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(context, properties=properties)
         self.memory = DeviceMemory(cl, context, self.queue, plan.target)
-        self.launcher = Launcher(cl, self.program, self.memory, plan)
+        self.launcher = Launcher(cl, programs, self.memory, plan)
         self.inputs = [plan.spec(name) for name in plan.inputs]
         self.outputs = [plan.spec(name) for name in plan.outputs]
         for spec in self.inputs:

@@ -6,11 +6,14 @@ there is one) are needed only here.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
 import re
 
 from ..errors import TexscopeError
+
+PARALLEL_FROM = 64  # kernels in a source: fewer compile as one program
 
 IMAGE_PARAM = re.compile(r"(?:__read_only|__write_only|__read_write)?\s*image2d(?:_array)?_t\s+(\w+)")
 KERNEL = re.compile(r"__kernel void (\w+)\(([^)]*)\)\s*\{")
@@ -98,17 +101,69 @@ def compiled(source: str, device):
     """(context, program): ``source`` built by ``device``'s OpenCL compiler,
     once per source and device; a compiler error, or an extension the kernels
     need and the device lacks, is a TexscopeError."""
-    cl = pyopencl()
+    context = _context(source, device)
+    return context, _build(context, source, device)
+
+
+def _context(source: str, device):
+    """A context on ``device``, after checking it has the extensions
+    ``source`` needs."""
     if missing := missing_extensions(source, device):
         raise TexscopeError(
             f"{device.name.strip()} lacks {', '.join(missing)}, which these kernels need "
             "(float16 tensors are computed in half precision): run them on a device that "
             "has it (Adreno and Mali GPUs do) or build the model in float32")
-    context = cl.Context([device])
+    return pyopencl().Context([device])
+
+
+def _build(context, source: str, device):
+    cl = pyopencl()
     try:
-        return context, cl.Program(context, source).build()
+        return cl.Program(context, source).build()
     except cl.RuntimeError as err:
         raise TexscopeError(f"{device.name.strip()} rejects the kernels: {err}") from None
+
+
+def source_parts(source: str, parts: int) -> list[str]:
+    """``source`` cut into at most ``parts`` sources of whole kernels, each
+    compiling alone: the text before the first kernel (pragmas) heads every
+    part, kernel prototypes are dropped (no kernel calls another), and the
+    ``// Function:`` sections (a kernel with the macros before it) are dealt
+    out in order, about as many bytes to each part."""
+    marker = "// Function: "
+    first = source.find(marker)
+    if parts <= 1 or first < 0:
+        return [source]
+    head = source[:first]
+    sections = [marker + text for text in source[first:].split(marker)[1:]]
+    sections = ["\n".join(line for line in text.splitlines()
+                          if not (line.startswith("__kernel ") and line.endswith(");")))
+                for text in sections]
+    share = sum(map(len, sections)) / parts
+    grouped, size = [[]], 0.0
+    for text in sections:
+        if size >= share and len(grouped) < parts:
+            grouped.append([])
+            size = 0.0
+        grouped[-1].append(text)
+        size += len(text)
+    return [head + "\n".join(group) + "\n" for group in grouped]
+
+
+def compiled_kernels(source: str, device, jobs: int = 1):
+    """(context, {kernel name: program}): ``source`` built as up to ``jobs``
+    programs compiled at once, one thread each (a driver compiles a program
+    on one core; a tuning set holds hundreds of kernels).  Errors as
+    :func:`compiled`."""
+    parts = source_parts(source, jobs) if len(KERNEL.findall(source)) >= PARALLEL_FROM else [source]
+    if len(parts) == 1:
+        context, program = compiled(source, device)
+        return context, {name: program for name in kernel_signatures(source)}
+    context = _context(source, device)
+    with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
+        programs = list(pool.map(lambda part: _build(context, part, device), parts))
+    return context, {name: program for part, program in zip(parts, programs)
+                     for name in kernel_signatures(part)}
 
 
 def compile_source(source: str, device=None):

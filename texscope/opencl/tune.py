@@ -2,12 +2,15 @@
 
 Numpy and pyopencl only (it runs on the device, where TVM is not).  The set's
 program (every variant of every kernel, and every copy a plan could need,
-each one binding: :mod:`texscope.backend.tuning.tuning_set`) runs once to warm up
-(compile, first touch), then ``--repeats`` times; a variant's time is the
-median over the runs of its launches' summed profiling-event time, a
-copy's likewise; the fastest and slowest run are kept beside it
-(``min_seconds``, ``max_seconds``): the spread the planner's guard weighs.  The tuning file (:mod:`texscope.opencl.tuning`) records
-the device, driver, model and target the times belong to.
+each one binding: :mod:`texscope.backend.tuning.tuning_set`) is set up once
+as a profiled :class:`~texscope.opencl.session.Session` (its hundreds of
+kernels compiled as several programs at once, ``--jobs``), runs once to warm
+up, then ``--repeats`` times; a variant's time is the median over the runs
+of its launches' summed profiling-event time, a copy's likewise; the
+fastest and slowest run are kept beside it (``min_seconds``,
+``max_seconds``): the spread the planner's guard weighs.  The tuning file
+(:mod:`texscope.opencl.tuning`) records the device, driver, model and target
+the times belong to, and how long the timing took.
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from ..errors import TexscopeError
 from .calibrate import Progress, describe_device
 from .plan import read_plan
-from .replay import random_inputs, replay
+from .replay import random_inputs
+from .session import Session
 from .source import pick_device
 from . import tuning
 
@@ -30,19 +36,24 @@ DEFAULT_REPEATS = 9
 
 
 def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=None,
-            device_index: int = 0) -> dict:
-    """The tuning document of the set in ``directory``, measured on ``device``."""
+            device_index: int = 0, jobs: int | None = None) -> dict:
+    """The tuning document of the set in ``directory``, measured on ``device``
+    (its kernels compiled as ``jobs`` programs at once, one per CPU by default)."""
     root = Path(directory)
     manifest = tuning.read_set(root)
     plan = read_plan(root / tuning.PROGRAM)
     inputs = random_inputs(plan)
-    progress = Progress(repeats + 1, progress_stream)
-    replay(plan, inputs, device)
+    progress = Progress(repeats + 2, progress_stream)
+    started = time.perf_counter()
+    session = Session(plan, inputs, device, profile=True, jobs=jobs or os.cpu_count() or 1)
+    progress.step("compiled and set up")
+    set_up_s = time.perf_counter() - started
+    session.profiled(inputs)
     progress.step("warm-up")
     per_binding: dict[str, list[float]] = {}
     for run in range(repeats):
         totals: dict[str, float] = {}
-        for command in replay(plan, inputs, device).times:
+        for command in session.profiled(inputs).times:
             totals[command.binding] = totals.get(command.binding, 0.0) + command.seconds
         for binding, seconds in totals.items():
             per_binding.setdefault(binding, []).append(seconds)
@@ -74,6 +85,8 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
         "device": describe_device(device, device_index),
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "repeats": repeats,
+        "set_up_s": round(set_up_s, 2),
+        "timed_s": round(time.perf_counter() - started, 2),
         "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
                    f"median of {repeats} runs of the whole tuning program (min and max: the "
                    f"fastest and slowest)"),
@@ -93,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
                                               "texscope.opencl.replay --list-devices)")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                    help=f"timed runs per median (default {DEFAULT_REPEATS})")
+    p.add_argument("--jobs", type=int, help="programs compiled at once (default: one per CPU)")
     return p
 
 
@@ -104,15 +118,20 @@ def main(argv=None) -> int:
             raise TexscopeError(f"{out} exists and is not a tuning file; not overwriting it")
         if args.repeats < 1:
             raise TexscopeError("--repeats must be at least 1")
+        if args.jobs is not None and args.jobs < 1:
+            raise TexscopeError("--jobs must be at least 1")
         device = pick_device(args.device)
-        document = measure(args.directory, device, args.repeats, device_index=args.device or 0)
+        document = measure(args.directory, device, args.repeats, device_index=args.device or 0,
+                           jobs=args.jobs)
         out.write_text(json.dumps(document, indent=1) + "\n")
     except TexscopeError as err:
         print(f"tune: error: {err}", file=sys.stderr)
         return 2
     variants = sum(len(k["variants"]) for k in document["kernels"].values())
     print(f"timed {variants} variants of {len(document['kernels'])} kernels and "
-          f"{len(document['copies'])} copies on {document['device']['name']}: wrote {out}")
+          f"{len(document['copies'])} copies on {document['device']['name']} in "
+          f"{document['timed_s']} s ({document['set_up_s']} s compiling and setting up): "
+          f"wrote {out}")
     return 0
 
 

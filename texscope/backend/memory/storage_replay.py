@@ -34,7 +34,7 @@ from ...opencl.memory import DeviceMemory
 from ...opencl.plan import CopyStep
 from ...opencl.program import KernelCall, read_program
 from ...opencl.session import Launcher, RunResult
-from ...opencl.source import compiled, default_device, pyopencl
+from ...opencl.source import compiled_kernels, default_device, pyopencl
 from .device_memory import op_name, storage_bytes, allocated_tensor
 
 
@@ -169,14 +169,14 @@ def run_in_storages(result, planned: tvm.IRModule, inputs, device=None, seed: in
     storages = _storage_map(planned, program)
     cl = pyopencl()
     device = device or default_device()
-    context, source = compiled(plan.source, device)
+    context, programs = compiled_kernels(plan.source, device)
     queue = cl.CommandQueue(context)
     memory = _SharedMemory(cl, context, queue, storages, np.random.default_rng(seed))
     for name, array in zip(plan.inputs, inputs):
         memory.upload(plan.spec(name), array)
     for name, array in plan.constants.items():
         memory.upload(plan.spec(name), array)
-    launcher = Launcher(cl, source, memory, plan)
+    launcher = Launcher(cl, programs, memory, plan)
     seen = set(plan.inputs) | set(plan.constants)
     launches: dict[str, list] = {}
     for step in plan.steps:
