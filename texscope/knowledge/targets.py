@@ -42,7 +42,12 @@ class TexturePreset:
         folds it into one row of ``C/4 * H * W`` texels.
     depthwise_padding_in_registers : bool
         Whether a depthwise conv pads its input in registers rather than
-        in a padding kernel of its own (``backend/conv_schedule.py``).
+        in a padding kernel of its own (``backend/schedules/conv.py``).
+    conv_channel_blocks : int
+        Output channel blocks (of 4) each thread of a packed conv computes,
+        as virtual threads: TVM's Adreno rule's 8 keeps a phone's few
+        threads busy; a GPU of many more threads than a phone model's maps
+        have pixels wants fewer per thread, and more threads.
     texel_dtypes : frozenset of str
         Element types a texel may hold (RGBA float or half).
     default_profile : str
@@ -57,6 +62,7 @@ class TexturePreset:
     flavours: tuple[str, ...] = tuple(FLAVOUR_AXES)
     map_flavours: tuple[str, ...] | None = None
     depthwise_padding_in_registers: bool = False
+    conv_channel_blocks: int = 8
     texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
     default_profile: str = "adreno"
 

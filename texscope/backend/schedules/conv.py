@@ -112,14 +112,15 @@ def register_padding(sch: s_tir.Schedule, conv, depthwise: bool = False):
     return None
 
 
-def schedule_conv_block(sch: s_tir.Schedule, block, padding=None) -> None:
-    """The Adreno rule's conv schedule: output channels over blocks and 8
-    virtual threads, rows and columns over up to 16 x 16 threads
+def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
+                        channel_blocks: int = 8) -> None:
+    """The Adreno rule's conv schedule: output channels over blocks and
+    ``channel_blocks`` virtual threads (the rule's 8), rows and columns over up to 16 x 16 threads
     (:func:`spatial_tile`), input channels by texels, the input texel and the
     accumulators in registers; ``padding`` (:func:`register_padding`), where
     given, computes the input texel in registers."""
     n, oc, oh, ow, ob, ic, kh, kw = sch.get_loops(block)
-    (bz, vz, tz), channels = split_unguarded(sch, oc, [None, 8, 1])
+    (bz, vz, tz), channels = split_unguarded(sch, oc, [None, channel_blocks, 1])
     (by, vy, ty), rows = split_unguarded(sch, oh, [None, 1, spatial_tile(sch.get(oh).extent)])
     (bx, vx, tx), columns = split_unguarded(sch, ow, [None, 1, spatial_tile(sch.get(ow).extent)])
     channel_block, blocks_of_channels = sch.get(bz).loop_var, sch.get(bz).extent
@@ -154,12 +155,13 @@ def schedule_conv_block(sch: s_tir.Schedule, block, padding=None) -> None:
     sch.vectorize(sch.get_loops(init)[-1])
 
 
-def schedule_packed_conv(sch: s_tir.Schedule, depthwise_padding: bool = False
-                         ) -> s_tir.Schedule | None:
+def schedule_packed_conv(sch: s_tir.Schedule, depthwise_padding: bool = False,
+                         channel_blocks: int = 8) -> s_tir.Schedule | None:
     """What TVM's Adreno ``Conv2d`` rule makes of a kernel: None unless its
     only reduction block is a packed conv; else the conv scheduled (its
     padding in registers where :func:`register_padding` finds it, a
-    depthwise conv's too with ``depthwise_padding``), the other blocks
+    depthwise conv's too with ``depthwise_padding``; ``channel_blocks``
+    output channel blocks a thread), the other blocks
     inlined where they can be and the rest given the default schedule."""
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     reductions = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
@@ -168,7 +170,7 @@ def schedule_packed_conv(sch: s_tir.Schedule, depthwise_padding: bool = False
     padding = register_padding(sch, reductions[0], depthwise_padding)
     padding_name = sch.get(padding).name_hint if padding is not None else None
     others = [b for b in blocks if b not in reductions and sch.get(b).name_hint != padding_name]
-    schedule_conv_block(sch, reductions[0], padding)
+    schedule_conv_block(sch, reductions[0], padding, channel_blocks)
     for other in inline_blocks(sch, others):
         schedule_default(sch, other)
     return sch

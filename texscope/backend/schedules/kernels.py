@@ -261,8 +261,9 @@ class EpilogueConv2d(dlight.ScheduleRule):
                     sch.compute_inline(block)
                 except s_tir.ScheduleError:
                     pass
-        return schedule_packed_conv(
-            sch, depthwise_padding=preset_of(target).depthwise_padding_in_registers)
+        preset = preset_of(target)
+        return schedule_packed_conv(sch, depthwise_padding=preset.depthwise_padding_in_registers,
+                                    channel_blocks=preset.conv_channel_blocks)
 
 
 class PackedLayoutTransform(dlight.ScheduleRule):
