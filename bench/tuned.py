@@ -93,7 +93,7 @@ def builds_of(base: dict, profiles: dict) -> list:
             ("all buffer", no_textures, default)]
 
 
-def export(directory: Path, found: dict, base: dict, profiles: dict) -> None:
+def export(directory: Path, found: dict, base: dict, profiles: dict, preset: str) -> None:
     """Here (TVM): per model its tuning set, the non-tuned builds, inputs and CPU outputs."""
     import texscope  # pylint: disable=import-outside-toplevel
     from texscope.backend.tuning import tuning_set
@@ -115,7 +115,7 @@ def export(directory: Path, found: dict, base: dict, profiles: dict) -> None:
             "builds": [b[0] for b in builds_of(base, profiles)],
             "profiles": {label: str(p.origin) for label, p in profiles.items()}}, indent=1))
         print(f"  {name}: tuning set built in {set_s:.1f} s, builds written", flush=True)
-    export_meta(directory, "adreno-opencl")
+    export_meta(directory, preset)
 
 
 def tune(directory: Path, device_index: int | None, repeats: int) -> None:
@@ -137,7 +137,8 @@ def tune(directory: Path, device_index: int | None, repeats: int) -> None:
         print(f"  {root.name}: timed in {seconds:.1f} s", flush=True)
 
 
-def export_tuned(directory: Path, results: Path, found: dict, base: dict, profiles: dict) -> None:
+def export_tuned(directory: Path, results: Path, found: dict, base: dict, profiles: dict,
+                 preset: str) -> None:
     """Here (TVM): each model's tuned build from the device's tuning file,
     and every build's predicted time by that file."""
     import attrs  # pylint: disable=import-outside-toplevel
@@ -192,7 +193,7 @@ def export_tuned(directory: Path, results: Path, found: dict, base: dict, profil
         (root / "meta.json").write_text(json.dumps(meta, indent=1))
         print(f"  {name}: tuned build written ({len(result.report.kernels)} kernels measured, "
               f"{len(result.report.untuned)} calls by the profile)", flush=True)
-    export_meta(directory, "adreno-opencl")
+    export_meta(directory, preset)
 
 
 def measure(directory: Path, device, runs: int) -> dict:
@@ -271,7 +272,7 @@ def main(argv=None) -> int:
                         help="the folder --tune wrote, back from the device")
     parser.add_argument("--profile", action="append", default=[],
                         help="a cost profile calibrated on the device (repeatable)")
-    add_device_options(parser, target=False)
+    add_device_options(parser)
     parser.add_argument("--runs", type=int, default=9, help="timed runs per build (median)")
     parser.add_argument("--repeats", type=int, default=9, help="--tune: runs per median")
     add_markdown_option(parser)
@@ -291,14 +292,15 @@ def main(argv=None) -> int:
         import texscope  # pylint: disable=import-outside-toplevel
         from texscope.knowledge import profile as cost_profile
 
-        base = json.loads(str(texscope.texture_target("adreno-opencl").target))
+        base = json.loads(str(texscope.texture_target(args.target).target))
         profiles = {Path(p).stem: cost_profile.load(p) for p in args.profile}
         if args.export:
             if Path(args.export).exists() and any(Path(args.export).iterdir()):
                 parser.error(f"{args.export} exists and is not empty")
-            export(Path(args.export), found, base, profiles)
+            export(Path(args.export), found, base, profiles, args.target)
         else:
-            export_tuned(Path(args.export_tuned), Path(args.tuning_from), found, base, profiles)
+            export_tuned(Path(args.export_tuned), Path(args.tuning_from), found, base, profiles,
+                         args.target)
         return 0
     from texscope.opencl.source import pick_device  # pylint: disable=import-outside-toplevel
 

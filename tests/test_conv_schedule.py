@@ -271,3 +271,36 @@ def test_the_nvidia_preset_pads_a_depthwise_conv_in_registers_and_keeps_maps_2d(
     assert_close(opencl.run(result, inputs), verify.reference_outputs(ConvThenDepthwise, inputs))
     adreno = opencl.plan_of(texscope.build(ConvThenDepthwise, "adreno-opencl"))
     assert adreno.spec("y").scope == "global.texture-weight"
+
+
+def _one_by_one_conv(cin: int = 32, cout: int = 64, size: int = 8):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    weight = np.random.default_rng(0).normal(0, cin ** -0.5, (cout, cin, 1, 1)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, cin, size, size), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.conv2d(x, relax.const(weight))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_the_nvidia_preset_gives_each_thread_one_output_channel_block():
+    """Adreno's threads compute 8 output channel blocks each (TVM's rule);
+    the ``nvidia`` preset's one, with 8 times the threads; the CPU's
+    numbers both ways."""
+    from test_opencl_run import assert_close  # pylint: disable=import-outside-toplevel
+
+    mod = _one_by_one_conv()
+    inputs = verify.random_inputs(mod)
+    expected = verify.reference_outputs(mod, inputs)
+    threads = {}
+    for preset in ("adreno-opencl", "nvidia-opencl"):
+        result = texscope.build(mod, opencl.device_target(base=preset))
+        conv = next(s for s in opencl.plan_of(result).steps
+                    if getattr(s, "kernel", "").startswith(("conv2d", "fused_conv2d")))
+        threads[preset] = conv.global_size[0] * conv.global_size[1] * conv.global_size[2]
+        assert_close(opencl.run(result, inputs), expected)
+    assert threads["nvidia-opencl"] == 8 * threads["adreno-opencl"]

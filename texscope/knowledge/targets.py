@@ -74,12 +74,16 @@ MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_prof
 # sides, 2048 layers), launch-bound on phone models: maps kept 2D and
 # depthwise convs padded in registers, nine MediaPipe models' texture
 # builds ran 0 to 22% faster per inference on the H200 (driver 580.159.04,
-# bench/vs_litert.py; docs/benchmarks.md), with the CPU's numbers.  The
-# kernels are the Adreno target's (its keys, its schedules).
+# bench/vs_litert.py; docs/benchmarks.md), with the CPU's numbers.  A phone
+# model's conv has too few output pixels to fill the H200's threads: with
+# one output channel block per thread instead of TVM's 8, four MediaPipe
+# models' kernel time fell to 0.33-0.51x from buffers and 0.43-0.64x from
+# textures (bench/kernel_pairs.py, docs/benchmarks.md).  The kernels are
+# the Adreno target's otherwise (its keys, its schedules).
 NVIDIA = TexturePreset("nvidia", spatial_limit=32768, depth_limit=2048,
                        map_flavours=("global.texture", "global.texture-nhwc",
                                      "global.texture-weight"),
-                       depthwise_padding_in_registers=True)
+                       depthwise_padding_in_registers=True, conv_channel_blocks=1)
 PRESETS = {p.name: p for p in (ADRENO, MALI, NVIDIA)}
 
 TEXTURE_KINDS = ("opencl", "vulkan")
