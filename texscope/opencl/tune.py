@@ -5,7 +5,8 @@ program (every variant of every kernel, and every copy a plan could need,
 each one binding: :mod:`texscope.backend.tuning.tuning_set`) is set up once
 as a profiled :class:`~texscope.opencl.session.Session` (its hundreds of
 kernels compiled as several programs at once, ``--jobs``), runs once to warm
-up, then ``--repeats`` times; a variant's time is the median over the runs
+up, then ``--repeats`` times, each command twice in a row with the second
+timed (its operands in the caches, as in a model); a variant's time is the median over the runs
 of its launches' summed profiling-event time, a copy's likewise; the
 fastest and slowest run are kept beside it (``min_seconds``,
 ``max_seconds``): the spread the planner's guard weighs.  The tuning file
@@ -33,6 +34,13 @@ from .source import pick_device
 from . import tuning
 
 DEFAULT_REPEATS = 9
+# Each command runs twice in a row, the second timed.  In a model a kernel
+# reads what the kernel before it wrote, from the cache; in the set every
+# variant's operands were uploaded at the start, and by its turn hundreds of
+# other variants have evicted them: on an H200 a set's all-buffer times were
+# 1.2-1.5x what the same kernels took in the models (medians over 4
+# MediaPipe models, docs/benchmarks.md).
+WARM_EACH = 2
 
 
 def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=None,
@@ -48,12 +56,12 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     session = Session(plan, inputs, device, profile=True, jobs=jobs or os.cpu_count() or 1)
     progress.step("compiled and set up")
     set_up_s = time.perf_counter() - started
-    session.profiled(inputs)
+    session.profiled(inputs, WARM_EACH)
     progress.step("warm-up")
     per_binding: dict[str, list[float]] = {}
     for run in range(repeats):
         totals: dict[str, float] = {}
-        for command in session.profiled(inputs).times:
+        for command in session.profiled(inputs, WARM_EACH).times:
             totals[command.binding] = totals.get(command.binding, 0.0) + command.seconds
         for binding, seconds in totals.items():
             per_binding.setdefault(binding, []).append(seconds)
@@ -88,8 +96,9 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
         "set_up_s": round(set_up_s, 2),
         "timed_s": round(time.perf_counter() - started, 2),
         "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
-                   f"median of {repeats} runs of the whole tuning program (min and max: the "
-                   f"fastest and slowest)"),
+                   f"median of {repeats} runs of the whole tuning program, each command run "
+                   f"{WARM_EACH} times in a row and the last timed (min and max: the fastest "
+                   f"and slowest)"),
         "kernels": kernels,
         "copies": copies,
     }
