@@ -523,3 +523,38 @@ def test_a_tuning_sets_kernels_are_generated_in_small_device_modules(monkeypatch
         source = (folder / tuning.PROGRAM / "kernels.cl").read_text()
         return sorted(re.findall(r"(?ms)^__kernel void \w+\([^;]*?\{$.*?^\}$", source))
     assert bodies(tmp_path / "many") == bodies(tmp_path / "one")
+
+
+def twin_branches():
+    """A conv's map read by two branches computing alike (conv, bias, relu) with
+    other weights, each branch then read by a conv of its own: FuseOps
+    names both branches' kernels alike, and the tuned planner must tell
+    them apart by the order they come in."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 8), "float32"))
+    rng = np.random.default_rng(3)
+
+    def const(*shape):
+        return relax.const(rng.normal(0, 0.3, shape).astype("float32"))
+
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            stem = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(x, const(8, 8, 1, 1)))))
+            ends = []
+            for _ in range(2):
+                h = bb.emit(relax.op.nn.conv2d(stem, const(8, 8, 1, 1)))
+                h = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(h, const(1, 8, 1, 1)))))
+                ends.append(bb.emit(relax.op.nn.conv2d(h, const(8, 8, 3, 3), padding=1)))
+            out = bb.emit_output(bb.emit(relax.op.add(*ends)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_twin_branches_are_both_tuned(tmp_path):
+    root = tmp_path / "set"
+    tuning_set.export(twin_branches(), TARGET, root, "twin", log=lambda *_: None)
+    manifest = tuning.read_set(root)
+    document = synthetic(manifest, lambda kernel, scopes: 1e-3)
+    result = build(twin_branches(), TARGET, tuning=document)
+    assert result.report.untuned == ()
+    assert len(result.report.kernels) >= 5  # the stem, each branch's two convs

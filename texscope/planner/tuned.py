@@ -30,6 +30,7 @@ them by more than the measurements' noise (:func:`_verdict`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 
@@ -42,6 +43,9 @@ from ..knowledge.profile import TUNING_MARGIN
 from ..knowledge.registry import Storage
 from ..knowledge.targets import is_texture_scope
 from . import cost as plan_cost
+
+# Combinations of operand tensors a fused call's name is looked up under.
+MOST_READINGS = 64
 
 MICROSECONDS = 1e6  # the program's costs, in microseconds: HiGHS' tolerances suit them
 
@@ -154,57 +158,100 @@ class Names:
         self.by_reads: dict[tuple, list] = {}
         for site in graph.calls:
             self.by_reads.setdefault(self._reads(site.operands), []).append(site)
-        self.taken: set[int] = set()  # outputs a name "=..." resolved to
+        self.taken: set[int] = set()  # tensors a name "=..." was resolved to
+        self.claims: dict[str, list[int]] = {}  # a name "=...": its tensors, in order
         self.known: dict[str, int | None] = {}
+        self.option_cache: dict[str, tuple[int, ...]] = {}
+        self.output_rank: dict[str, int] = {}
+        # The j-th alias (in the order FuseOps made the groups) of a name
+        # denotes the j-th tensor of that name.
+        self.alias_rank: dict[str, int] = {}
+        counts: dict[str, int] = {}
+        for token, target in self.aliases.items():
+            self.alias_rank[token] = counts.get(target, 0)
+            counts[target] = self.alias_rank[token] + 1
 
     def __getitem__(self, name: str) -> int | None:
-        # Every answer is kept, a failure too: names nest, and a model's
-        # depth of them would otherwise be resolved again and again.
-        if name in self.known:
-            return self.known[name]
-        found = self._resolve(name)
-        self.known[name] = found
-        if found is not None and name.startswith("="):
-            self.taken.add(found)
-        return found
+        if name in self.aliases:
+            target = self.aliases[name]
+            return self._claim(target, self.alias_rank[name]) if target.startswith("=") \
+                else self[target]
+        if name.startswith("="):
+            return self._claim(name, 0)
+        if name not in self.known:
+            self.known[name] = (self._options(name) or (None,))[0]
+        return self.known[name]
+
+    def output(self, name: str) -> int | None:
+        """The tensor a kernel's output ``name`` denotes.  Two kernels may
+        compute alike from alike operands (the two branches of a block, their
+        weights unnamed): the j-th kernel whose output has this name gets the
+        j-th tensor of that description, in the model's order, as the j-th
+        alias of the name does."""
+        if not name.startswith("="):
+            return self[name]
+        rank = self.output_rank.get(name, 0)
+        self.output_rank[name] = rank + 1
+        return self._claim(name, rank)
+
+    def _claim(self, name: str, rank: int) -> int | None:
+        """The ``rank``-th tensor ``name`` denotes, each claimed once."""
+        claimed = self.claims.setdefault(name, [])
+        for tensor in self._options(name):
+            if len(claimed) > rank:
+                break
+            if tensor not in self.taken:
+                claimed.append(tensor)
+                self.taken.add(tensor)
+        return claimed[rank] if len(claimed) > rank else None
 
     def _reads(self, operands) -> tuple:
         # Constants are read as "?": a fused group names none of them.
         return tuple("?" if self.graph.tensors[t].origin == "constant" else t
                      for t in operands if t is not None)
 
-    def _site(self, name: str):
-        start = name.index("(")
-        shape, _, callee = name[1:start].partition(":")
-        reads = tuple("?" if p == "?" else self[p] for p in _split(name[start + 1:-1]))
-        if any(r is None for r in reads):
-            return None
-        candidates = [site for site in self.by_reads.get(reads, ())
-                      if site.outputs and site.outputs[0] not in self.taken
-                      and _shape(self.graph.tensors[site.outputs[0]]) == shape]
-        # Calls reading the same tensors alike (a maximum and a minimum of
-        # one tensor): the one whose registry entry the fused kernel names.
-        named = [site for site in candidates if site.support.name.split("_")[0] in callee]
-        return (named or candidates or [None])[0]
-
-    def _resolve(self, name: str) -> int | None:
+    def _options(self, name: str) -> tuple[int, ...]:
+        """Every tensor ``name`` may denote, the likeliest first.  A call's
+        operands may each denote several tensors (two convs of one input
+        and one shape, their weights unnamed): the call is looked for among
+        the readers of every combination, so a name is resolved by what
+        reads it, not by a first guess (the second branch of iris_landmark's
+        blocks went unfound, and every kernel after it)."""
+        if name in self.option_cache:
+            return self.option_cache[name]
+        found: tuple[int, ...] = ()
         if name in self.aliases:
-            return self[self.aliases[name]]
-        if name in self.by_name:
-            return self.by_name[name]
-        if name.endswith("]") and "[" in name:
+            found = tuple(t for t in (self[name],) if t is not None)
+        elif name in self.by_name:
+            found = (self.by_name[name],)
+        elif name.endswith("]") and "[" in name:
             base, index = name[:name.rindex("[")], int(name[name.rindex("[") + 1:-1])
             if base.startswith("=") and base.endswith(")"):
-                first = self[base]
-                if first is None or first not in self.graph.producers:
-                    return None
-                site, _ = self.graph.producer(first)
-                return site.outputs[index] if index < len(site.outputs) else None
-            return self.by_name.get(name)
-        if name.startswith("=") and name.endswith(")"):
-            site = self._site(name)
-            return site.outputs[0] if site is not None else None
-        return None
+                found = tuple(self.graph.producer(first)[0].outputs[index]
+                              for first in self._options(base)
+                              if first in self.graph.producers
+                              and index < len(self.graph.producer(first)[0].outputs))
+            elif name in self.by_name:
+                found = (self.by_name[name],)
+        elif name.startswith("=") and name.endswith(")"):
+            found = self._sites(name)
+        self.option_cache[name] = found
+        return found
+
+    def _sites(self, name: str) -> tuple[int, ...]:
+        start = name.index("(")
+        shape, _, callee = name[1:start].partition(":")
+        choices = [("?",) if p == "?" else self._options(p) for p in _split(name[start + 1:-1])]
+        if not all(choices) or math.prod(map(len, choices)) > MOST_READINGS:
+            return ()
+        candidates = [site for reads in itertools.product(*choices)
+                      for site in self.by_reads.get(reads, ())
+                      if site.outputs and _shape(self.graph.tensors[site.outputs[0]]) == shape]
+        # Calls reading the same tensors alike (a maximum and a minimum of
+        # one tensor): the one whose registry entry the fused kernel names first.
+        named = [site for site in candidates if site.support.name.split("_")[0] in callee]
+        others = [site for site in candidates if site not in named]
+        return tuple(dict.fromkeys(site.outputs[0] for site in named + others))
 
 
 def _shape(tensor) -> str:
@@ -229,7 +276,8 @@ def _split(text: str) -> list[str]:
 def _members(graph, use: KernelUse, names: "Names"):
     """The call sites a kernel fuses, found back from its outputs to its
     inputs, and its operand tensors (None where a name is not found)."""
-    tensors = [None if n == "?" else names[n] for n in (*use.inputs, *use.outputs)]
+    tensors = [None if n == "?" else names[n] for n in use.inputs]
+    tensors += [None if n == "?" else names.output(n) for n in use.outputs]
     if any(t is None for t, n in zip(tensors, (*use.inputs, *use.outputs)) if n != "?"):
         return None, None
     stop = set(tensors[:len(use.inputs)])
