@@ -281,6 +281,18 @@ def test_a_source_cut_into_parts_defines_each_kernel_once_and_runs_alike(conflic
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_profiled_run_can_run_each_command_twice_and_time_the_second(conflict):
+    session = opencl.Session(conflict.plan, profile=True)
+    once = [o.copy() for o in session.profiled(conflict.inputs).outputs]
+    counted = []
+    session.commands = [(binding, kernel, lambda enqueue=enqueue: counted.append(1) or enqueue())
+                        for binding, kernel, enqueue in session.commands]
+    twice = session.profiled(conflict.inputs, each=2)
+    assert len(counted) == 2 * len(session.commands) == 2 * len(twice.times)
+    for a, b in zip(once, twice.outputs):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_steady_inference_allocates_nothing_and_binds_no_argument(conflict):
     session = opencl.Session(conflict.plan)
 

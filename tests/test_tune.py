@@ -148,6 +148,13 @@ def test_timed_tuning_file_round_trips(two_convs_set, tmp_path):
     assert len(loaded["copies"]) == len(manifest["copies"])
     assert all(c["seconds"] > 0 for c in loaded["copies"])
     assert 0 < loaded["set_up_s"] <= loaded["timed_s"]
+    # A variant with a texture is priced by the runs as they are (cold), one
+    # of buffers only by the second of two runs in a row (warm); copies cold.
+    for kernel in loaded["kernels"].values():
+        for v in kernel["variants"]:
+            textured = any(is_texture_scope(s) for s in v["scopes"])
+            assert v["seconds"] == v["cold_seconds" if textured else "warm_seconds"]
+    assert all(c["seconds"] == c["cold_seconds"] for c in loaded["copies"])
     result = build(two_convs(), TARGET, tuning=path)
     assert len(result.report.kernels) == 4 and result.report.untuned == ()
     conv = next(k for k in result.report.kernels if k.call == "lv1")

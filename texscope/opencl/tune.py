@@ -5,9 +5,9 @@ program (every variant of every kernel, and every copy a plan could need,
 each one binding: :mod:`texscope.backend.tuning.tuning_set`) is set up once
 as a profiled :class:`~texscope.opencl.session.Session` (its hundreds of
 kernels compiled as several programs at once, ``--jobs``), runs once to warm
-up, then ``--repeats`` times, each command twice in a row with the second
-timed (its operands in the caches, as in a model); a variant's time is the median over the runs
-of its launches' summed profiling-event time, a copy's likewise; the
+up, then ``--repeats`` times as it is and with each command twice in a row
+(see :data:`WARM_EACH`); a variant's time is the median over the runs of its
+launches' summed profiling-event time, a copy's likewise; the
 fastest and slowest run are kept beside it (``min_seconds``,
 ``max_seconds``): the spread the planner's guard weighs.  The tuning file
 (:mod:`texscope.opencl.tuning`) records the device, driver, model and target
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from ..errors import TexscopeError
+from ..knowledge.scopes import is_texture_scope
 from .calibrate import Progress, describe_device
 from .plan import read_plan
 from .replay import random_inputs
@@ -34,12 +35,17 @@ from .source import pick_device
 from . import tuning
 
 DEFAULT_REPEATS = 9
-# Each command runs twice in a row, the second timed.  In a model a kernel
-# reads what the kernel before it wrote, from the cache; in the set every
-# variant's operands were uploaded at the start, and by its turn hundreds of
-# other variants have evicted them: on an H200 a set's all-buffer times were
-# 1.2-1.5x what the same kernels took in the models (medians over 4
-# MediaPipe models, docs/benchmarks.md).
+# Each run of the program is timed twice: once as it is (every variant's
+# operands uploaded at the start of the run and, by its turn, evicted by the
+# variants before it: "cold"), once with each command run twice in a row and
+# the second timed ("warm").  In a model a kernel reads what the kernel
+# before it wrote.  On an H200 (NVIDIA's OpenCL; four MediaPipe models'
+# kernels matched one by one, docs/benchmarks.md) buffer kernels took in the
+# models what they took warm (set / model 0.92-1.05; cold 1.25-1.46), and
+# kernels reading or writing images what they took cold (cold 0.75-1.04;
+# warm 0.48-0.65): an image another kernel just wrote is not in the texture
+# cache.  So a variant with a texture operand, and a copy, is priced cold,
+# a variant of buffers only warm; the file keeps both medians.
 WARM_EACH = 2
 
 
@@ -58,31 +64,35 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     set_up_s = time.perf_counter() - started
     session.profiled(inputs, WARM_EACH)
     progress.step("warm-up")
-    per_binding: dict[str, list[float]] = {}
+    per_binding: dict[str, dict[str, list[float]]] = {"cold": {}, "warm": {}}
     for run in range(repeats):
-        totals: dict[str, float] = {}
-        for command in session.profiled(inputs, WARM_EACH).times:
-            totals[command.binding] = totals.get(command.binding, 0.0) + command.seconds
-        for binding, seconds in totals.items():
-            per_binding.setdefault(binding, []).append(seconds)
+        for state, each in (("cold", 1), ("warm", WARM_EACH)):
+            totals: dict[str, float] = {}
+            for command in session.profiled(inputs, each).times:
+                totals[command.binding] = totals.get(command.binding, 0.0) + command.seconds
+            for binding, seconds in totals.items():
+                per_binding[state].setdefault(binding, []).append(seconds)
         progress.step(f"run {run + 1}")
 
-    def timed(binding: str) -> dict:
-        """The median and, as the planner's noise margin, the fastest and
-        slowest run."""
-        if binding not in per_binding:
+    def timed(binding: str, cold: bool) -> dict:
+        """The median of the runs (cold or warm) and, as the planner's noise
+        margin, the fastest and slowest; both medians beside them."""
+        if binding not in per_binding["cold"]:
             raise TexscopeError(f"{root}: the program runs nothing for binding {binding!r}")
-        runs = per_binding[binding]
+        runs = per_binding["cold" if cold else "warm"][binding]
         return {"seconds": statistics.median(runs), "min_seconds": min(runs),
-                "max_seconds": max(runs)}
+                "max_seconds": max(runs),
+                "cold_seconds": statistics.median(per_binding["cold"][binding]),
+                "warm_seconds": statistics.median(per_binding["warm"][binding])}
 
     kernels = {key: {"name": kernel["name"], "positions": kernel["positions"],
                      "shapes": kernel["shapes"], "variants": []}
                for key, kernel in manifest["kernels"].items()}
     for variant in manifest["variants"]:
         kernels[variant["kernel"]]["variants"].append(
-            {"scopes": variant["scopes"], **timed(variant["binding"])})
-    copies = [{**{k: v for k, v in copy.items() if k != "binding"}, **timed(copy["binding"])}
+            {"scopes": variant["scopes"],
+             **timed(variant["binding"], any(map(is_texture_scope, variant["scopes"])))})
+    copies = [{**{k: v for k, v in copy.items() if k != "binding"}, **timed(copy["binding"], True)}
               for copy in manifest["copies"]]
     return {
         "format": tuning.FORMAT,
@@ -96,9 +106,10 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
         "set_up_s": round(set_up_s, 2),
         "timed_s": round(time.perf_counter() - started, 2),
         "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
-                   f"median of {repeats} runs of the whole tuning program, each command run "
-                   f"{WARM_EACH} times in a row and the last timed (min and max: the fastest "
-                   f"and slowest)"),
+                   f"then {repeats} times the whole tuning program as it is (cold) and with "
+                   f"each command run {WARM_EACH} times in a row, the last timed (warm); "
+                   f"median: warm for variants of buffers only, cold for variants with a "
+                   f"texture and for copies (min and max: the fastest and slowest)"),
         "kernels": kernels,
         "copies": copies,
     }
