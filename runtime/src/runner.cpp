@@ -548,11 +548,22 @@ void Session::read_back(const Memory& memory, Array& out) {
 }
 
 std::vector<CommandTime> Session::run(const std::vector<Array>& inputs,
-                                      std::vector<Array>& outputs) {
+                                      std::vector<Array>& outputs, int each) {
   staged_inputs_.clear();
   for (size_t i = 0; i < inputs.size(); ++i) upload(plan_.spec(plan_.inputs[i]), inputs[i], true);
   std::vector<cl_event> events(commands_.size());
-  for (size_t i = 0; i < commands_.size(); ++i) enqueue(commands_[i], &events[i]);
+  // A step (one or two commands) runs `each` times in a row; its last run
+  // keeps the events.
+  for (size_t first = 0; first < commands_.size();) {
+    size_t last = first + 1;
+    while (last < commands_.size() && commands_[last].step == commands_[first].step) ++last;
+    for (int time = 0; time < each; ++time)
+      for (size_t i = first; i < last; ++i) {
+        if (time > 0) cl_.clReleaseEvent(events[i]);
+        enqueue(commands_[i], &events[i]);
+      }
+    first = last;
+  }
   if (outputs.size() != plan_.outputs.size()) outputs = start_outputs();
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Memory& m = *by_name_.at(plan_.outputs[i]);

@@ -54,8 +54,10 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   // One inference timed by OpenCL's profiling events; `outputs` in the
-  // plan's order.
-  std::vector<CommandTime> run(const std::vector<Array>& inputs, std::vector<Array>& outputs);
+  // plan's order.  With `each` > 1 every step runs that many times in a row
+  // and the last is timed (its operands then in the caches).
+  std::vector<CommandTime> run(const std::vector<Array>& inputs, std::vector<Array>& outputs,
+                               int each = 1);
   // One inference without events, as an application runs one: the host's
   // wall time (seconds) from the first upload to the last output read, and
   // the part of it spent issuing the uploads and launches (the host's own

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -24,6 +26,7 @@ constexpr const char* kTuningFormat = "texscope-tuning";
 constexpr int kTuningVersion = 1;
 constexpr const char* kSetManifest = "tuning-set.json";
 constexpr const char* kProgram = "program";
+constexpr int kWarmEach = 2;  // as texscope/opencl/tune.py's WARM_EACH
 
 Json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -129,29 +132,43 @@ void tune(const TuneOptions& o) {
         throw Error(root + ": the program runs nothing for binding '" +
                     entry["binding"].get<std::string>() + "'");
   const std::vector<Array> inputs = random_inputs(plan, 0);
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   Device device = pick_device(o.device);
   Session session(plan, device);
+  const double set_up_s = std::chrono::duration<double>(Clock::now() - started).count();
 
+  // Timed as python -m texscope.opencl.tune times (its WARM_EACH says why):
+  // each run as it is ("cold") and with every step twice in a row ("warm").
   std::vector<Array> outputs;
-  session.run(inputs, outputs);
+  session.run(inputs, outputs, kWarmEach);
   progress(1, o.repeats + 1, "warm-up");
-  std::map<std::string, std::vector<double>> per_binding;
+  std::map<std::string, std::vector<double>> cold, warm;
   for (int run = 0; run < o.repeats; ++run) {
-    std::map<std::string, double> totals;
-    for (const CommandTime& command : session.run(inputs, outputs))
-      totals[command.binding] += command.seconds;
-    for (const auto& [binding, seconds] : totals) per_binding[binding].push_back(seconds);
+    for (auto [runs, each] : {std::pair{&cold, 1}, std::pair{&warm, kWarmEach}}) {
+      std::map<std::string, double> totals;
+      for (const CommandTime& command : session.run(inputs, outputs, each))
+        totals[command.binding] += command.seconds;
+      for (const auto& [binding, seconds] : totals) (*runs)[binding].push_back(seconds);
+    }
     progress(run + 2, o.repeats + 1, "run " + std::to_string(run + 1));
   }
-  // The median and, as the planner's noise margin, the fastest and slowest run.
-  auto timed_of = [&](const Json& entry) {
+  // The median of the cold or warm runs and, as the planner's noise margin,
+  // their fastest and slowest; both medians beside them.
+  auto timed_of = [&](const Json& entry, bool priced_cold) {
     const std::string binding = entry["binding"].get<std::string>();
-    auto found = per_binding.find(binding);
-    if (found == per_binding.end())
+    if (!cold.count(binding))
       throw Error(root + ": the program runs nothing for binding '" + binding + "'");
-    const auto [fastest, slowest] = std::minmax_element(found->second.begin(), found->second.end());
-    return Json{{"seconds", median(found->second)}, {"min_seconds", *fastest},
-                {"max_seconds", *slowest}};
+    const std::vector<double>& runs = (priced_cold ? cold : warm).at(binding);
+    const auto [fastest, slowest] = std::minmax_element(runs.begin(), runs.end());
+    return Json{{"seconds", median(runs)}, {"min_seconds", *fastest},
+                {"max_seconds", *slowest}, {"cold_seconds", median(cold.at(binding))},
+                {"warm_seconds", median(warm.at(binding))}};
+  };
+  auto textured = [](const Json& scopes) {
+    for (const Json& scope : scopes)
+      if (scope.get<std::string>().find("texture") != std::string::npos) return true;
+    return false;
   };
 
   Json kernels = Json::object();
@@ -160,7 +177,7 @@ void tune(const TuneOptions& o) {
                     {"shapes", kernel["shapes"]}, {"variants", Json::array()}};
   for (const Json& variant : manifest["variants"]) {
     Json timed = {{"scopes", variant["scopes"]}};
-    timed.update(timed_of(variant));
+    timed.update(timed_of(variant, textured(variant["scopes"])));
     kernels[variant["kernel"].get<std::string>()]["variants"].push_back(timed);
   }
   Json copies = Json::array();
@@ -168,7 +185,7 @@ void tune(const TuneOptions& o) {
     Json timed = Json::object();
     for (const auto& [field, value] : copy.items())
       if (field != "binding") timed[field] = value;
-    timed.update(timed_of(copy));
+    timed.update(timed_of(copy, true));
     copies.push_back(timed);
   }
   const Device::Info facts = device.info();
@@ -192,8 +209,15 @@ void tune(const TuneOptions& o) {
         {"source", "clGetDeviceInfo through texscope-run"}}},
       {"measured_at", utc_now()},
       {"repeats", o.repeats},
-      {"method", "texscope-run --tune: OpenCL profiling events, one warm-up run, median of " +
-                     std::to_string(o.repeats) + " runs of the whole tuning program (min and max: the fastest and slowest)"},
+      {"set_up_s", std::round(set_up_s * 100) / 100},
+      {"timed_s",
+       std::round(std::chrono::duration<double>(Clock::now() - started).count() * 100) / 100},
+      {"method", "texscope-run --tune: OpenCL profiling events, one warm-up run, then " +
+                     std::to_string(o.repeats) + " times the whole tuning program as it is (cold) "
+                     "and with each command run " + std::to_string(kWarmEach) +
+                     " times in a row, the last timed (warm); median: warm for variants of "
+                     "buffers only, cold for variants with a texture and for copies (min and "
+                     "max: the fastest and slowest)"},
       {"kernels", kernels},
       {"copies", copies}};
   std::ofstream out(o.output);
