@@ -41,9 +41,9 @@ DEFAULT_REPEATS = 9
 # the second timed ("warm").  In a model a kernel reads what the kernel
 # before it wrote.  On an H200 (NVIDIA's OpenCL; four MediaPipe models'
 # kernels matched one by one, docs/benchmarks.md) buffer kernels took in the
-# models what they took warm (set / model 0.92-1.05; cold 1.25-1.46), and
-# kernels reading or writing images what they took cold (cold 0.75-1.04;
-# warm 0.48-0.65): an image another kernel just wrote is not in the texture
+# models what they took warm (summed, set / model 0.92-1.04; cold
+# 1.25-1.40), and kernels reading or writing images what they took cold
+# (cold 0.89-1.09; warm 0.55-0.70): an image another kernel just wrote is not in the texture
 # cache.  So a variant with a texture operand, and a copy, is priced cold,
 # a variant of buffers only warm; the file keeps both medians.
 WARM_EACH = 2
