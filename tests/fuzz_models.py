@@ -102,7 +102,10 @@ class _Builder:
         else:
             operand = self.weight(name, tuple(shape), constant)
         out = bb.emit(op(operand, activation) if operand_first else op(activation, operand))
-        if int(np.prod(result, dtype=np.int64)) != n * c * h * w:
+        # A rank-only operand leaves the result's shape unknown until run
+        # time: an output then, not a map the next steps size themselves by
+        # (so too where the operand is given its shape, to build alike).
+        if (rank_only and not constant) or int(np.prod(result, dtype=np.int64)) != n * c * h * w:
             self.outputs.append(out)
             return []
         return [out if result == [n, c, h, w] else bb.emit(O.reshape(out, (n, c, h, w)))]
