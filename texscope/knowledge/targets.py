@@ -77,7 +77,7 @@ MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_prof
 # bench/vs_litert.py; docs/benchmarks.md), with the CPU's numbers.  A phone
 # model's conv has too few output pixels to fill the H200's threads: with
 # one output channel block per thread instead of TVM's 8, four MediaPipe
-# models' kernel time fell to 0.33-0.51x from buffers and 0.43-0.64x from
+# models' kernel time fell to 0.33-0.51x from buffers and 0.43-0.63x from
 # textures (bench/kernel_pairs.py, docs/benchmarks.md).  The kernels are
 # the Adreno target's otherwise (its keys, its schedules).
 NVIDIA = TexturePreset("nvidia", spatial_limit=32768, depth_limit=2048,
