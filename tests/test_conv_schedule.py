@@ -304,3 +304,23 @@ def test_the_nvidia_preset_gives_each_thread_one_output_channel_block():
         threads[preset] = conv.global_size[0] * conv.global_size[1] * conv.global_size[2]
         assert_close(opencl.run(result, inputs), expected)
     assert threads["nvidia-opencl"] == 8 * threads["adreno-opencl"]
+
+
+def test_a_pool_writing_a_buffer_gets_a_thread_per_texel(mediapipe):
+    """hand_recrop's pools (three fused with a channel pad) writing buffers:
+    one thread per output texel and one vector store, as when they write
+    images, not TVM's generic reduction across 256 threads (eleven barriers
+    a kernel); the CPU's numbers."""
+    from test_opencl_run import assert_close  # pylint: disable=import-outside-toplevel
+    from texscope.opencl.source import kernel_bodies  # pylint: disable=import-outside-toplevel
+
+    mod = load_tflite(mediapipe["hand_recrop"])
+    target = dict(opencl.device_target(base="adreno-opencl"), texture_spatial_limit=1,
+                  texture_depth_limit=1)
+    result = texscope.build(mod, target)
+    pools = {name: body for name, body in kernel_bodies(result.opencl_source).items()
+             if "max_pool2d" in name}
+    assert len(pools) == 6
+    assert all("barrier(" not in body and body.count("vstore4") == 1 for body in pools.values())
+    inputs = verify.random_inputs(mod)
+    assert_close(opencl.run(result, inputs), verify.reference_outputs(mod, inputs))
