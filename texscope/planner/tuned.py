@@ -160,7 +160,6 @@ class Names:
             self.by_reads.setdefault(self._reads(site.operands), []).append(site)
         self.taken: set[int] = set()  # tensors a name "=..." was resolved to
         self.claims: dict[str, list[int]] = {}  # a name "=...": its tensors, in order
-        self.known: dict[str, int | None] = {}
         self.option_cache: dict[str, tuple[int, ...]] = {}
         self.output_rank: dict[str, int] = {}
         # The j-th alias (in the order FuseOps made the groups) of a name
@@ -178,9 +177,7 @@ class Names:
                 else self[target]
         if name.startswith("="):
             return self._claim(name, 0)
-        if name not in self.known:
-            self.known[name] = (self._options(name) or (None,))[0]
-        return self.known[name]
+        return (self._options(name) or (None,))[0]
 
     def output(self, name: str) -> int | None:
         """The tensor a kernel's output ``name`` denotes.  Two kernels may

@@ -115,10 +115,11 @@ def register_padding(sch: s_tir.Schedule, conv, depthwise: bool = False):
 def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
                         channel_blocks: int = 8) -> None:
     """The Adreno rule's conv schedule: output channels over blocks and
-    ``channel_blocks`` virtual threads (the rule's 8), rows and columns over up to 16 x 16 threads
-    (:func:`spatial_tile`), input channels by texels, the input texel and the
-    accumulators in registers; ``padding`` (:func:`register_padding`), where
-    given, computes the input texel in registers."""
+    ``channel_blocks`` virtual threads (the rule's 8), rows and columns over
+    up to 16 x 16 threads (:func:`spatial_tile`), input channels by texels,
+    the input texel and the accumulators in registers; ``padding``
+    (:func:`register_padding`), where given, computes the input texel in
+    registers."""
     n, oc, oh, ow, ob, ic, kh, kw = sch.get_loops(block)
     (bz, vz, tz), channels = split_unguarded(sch, oc, [None, channel_blocks, 1])
     (by, vy, ty), rows = split_unguarded(sch, oh, [None, 1, spatial_tile(sch.get(oh).extent)])

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 
-
 import tvm
 import tvm_ffi
 from tvm import relax, s_tir
@@ -32,7 +31,7 @@ from tvm.s_tir import dlight
 from ...errors import TexscopeError
 from ...ir.tir import blocks_in, scope_of
 from ...ir.graph import relax_bindings, static_dims
-from ...knowledge.targets import TEXEL_LANES, is_texture_scope, preset_of
+from ...knowledge.targets import TEXEL_LANES, is_packed_texel_shape, is_texture_scope, preset_of
 from ...tvm_workarounds.unchecked_schedule import UncheckedSchedule, detailed_schedule_errors
 from .conv import CONV_BLOCK, schedule_packed_conv
 from .fallback import schedule_fallback, schedule_gpu_fallback
@@ -87,7 +86,7 @@ def _texel_outputs(func: tvm.tirx.PrimFunc) -> list:
     there are none and every reduction of the kernel is a small window (a
     pool), the packed ``[d0, d1, d2, d3, 4]`` buffers.  Left to TVM's
     generic rule, such a pool reduced its 2 x 2 window across 256 threads
-    with eight barriers per output: on an H200 hand_recrop's three fused
+    with eleven barriers a kernel: on an H200 hand_recrop's three fused
     pools took 106, 58 and 31 us writing buffers, 5 us writing images
     (the same kernels, tuning set, docs/benchmarks.md)."""
     textures = _texture_params(func)
@@ -96,9 +95,8 @@ def _texel_outputs(func: tvm.tirx.PrimFunc) -> list:
     reductions = [block for block in _blocks(func) if _reduces(block)]
     if not reductions or not all(map(_small_window, reductions)):
         return []
-    return [param for param in func.params
-            if isinstance(param.ty, tvm.tirx.BufferType) and static_dims(param.ty.shape) is not None
-            and len(param.ty.shape) == 5 and int(param.ty.shape[-1]) == TEXEL_LANES]
+    return [param for param in func.params if isinstance(param.ty, tvm.tirx.BufferType)
+            and is_packed_texel_shape(static_dims(param.ty.shape) or ())]
 
 
 def _is_spatial(sch: s_tir.Schedule, block) -> bool:
