@@ -9,6 +9,7 @@ import texscope
 from conftest import ADRENO, copies, run_pass, scopes
 from fuzz_models import build, recipes
 from modules import rules
+from modules.constant_folding import CONV_OF_CONSTANT_WEIGHTS
 from texscope import collect_consumer, collect_producer
 from texscope.knowledge import registry
 from texscope.diagnostics.exhaustive import (MAX_REALIZED, exhaustive, plan_units as plan_cost_units,
@@ -269,3 +270,20 @@ def test_texture_reads_counts_the_convs_and_those_reading_a_texture():
     # reductions read (a copy would cost more than the texture read saves).
     assert texture_reads(run_pass(texscope.AnnotateTextureScope(ADRENO), stage1)) == \
         TextureReads(2, 1)
+
+
+@pytest.mark.parametrize("maps, weights, scopes", [(1.0, -1.0, (TW, G)), (-1.0, 1.0, (G, TW)),
+                                                   (0.5, 0.25, (TW, TW))])
+def test_optimal_equals_the_realized_oracle_when_weight_reads_are_priced_apart(maps, weights,
+                                                                               scopes):
+    profile = texscope.texture_target(ADRENO).profile.with_gains(maps, 0.0, "test")
+    profile = attrs.evolve(profile, kernels={
+        name: attrs.evolve(prices, weight_read_gain=attrs.evolve(prices.read_gain, value=weights))
+        for name, prices in profile.kernels.items()})
+    best = check_against_the_oracle(CONV_OF_CONSTANT_WEIGHTS, profile=profile)
+    assert best.valid > 0
+    annotated = run_pass(texscope.AnnotateTextureScope(ADRENO, profile=profile),
+                         texscope.ConvertToPackedLayout(ADRENO)(CONV_OF_CONSTANT_WEIGHTS))
+    conv = next(b.value for b in annotated["main"].body.blocks[0].bindings
+                if getattr(b.value.op, "name", "") == "relax.nn.conv2d")
+    assert tuple(str(arg.ty.vdevice.memory_scope) for arg in conv.args) == scopes

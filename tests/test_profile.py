@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from tvm import relax
 from tvm.script import ir as I, relax as R
 
 import texscope
 from conftest import ADRENO
 from modules import rules
+from modules.constant_folding import CONV_OF_CONSTANT_WEIGHTS
 from texscope.opencl import calibrate
 from texscope.knowledge import profile as cost_profile
 from texscope.opencl import source
@@ -121,7 +123,7 @@ def test_calibrate_refuses_to_overwrite_what_it_did_not_write(tmp_path, capsys):
 
 
 def test_default_profiles_give_every_number_a_source():
-    for name in ("adreno", "mali"):
+    for name in ("adreno", "mali", "nvidia"):
         document = json.loads((cost_profile.DEFAULTS_DIR / f"{name}.json").read_text())
         profile = cost_profile.from_document(document)
         assert profile.copy_launch_bytes == pytest.approx(65536)  # the price before profiles
@@ -222,3 +224,37 @@ def test_pipeline_and_explain_take_a_profile(tmp_path, capsys):
                  str(tmp_path / "bad.json"), "-o", str(tmp_path / "out")]) == 2
     assert "bad.json, line 1: not JSON" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _conv_operand_scopes(mod) -> tuple[str, str]:
+    conv = next(b.value for b in mod["main"].body.blocks[0].bindings
+                if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d")
+    return tuple(str(arg.ty.vdevice.memory_scope) for arg in conv.args)
+
+
+def test_a_profile_may_price_weight_reads_apart_from_map_reads():
+    document = copy.deepcopy(dict(cost_profile.default("adreno").document))
+    document["kernels"]["packed_conv"]["weight_read_gain"] = {"value": -0.5, "source": "test"}
+    profile = cost_profile.from_document(document, "test")
+    conv = next(e for e in texscope.knowledge.registry.BUILTIN if e.cost_class == "packed_conv")
+    pool = next(e for e in texscope.knowledge.registry.BUILTIN if e.cost_class == "pool")
+    assert profile.read_gain(conv) == 1.0 and profile.read_gain(conv, weight=True) == -0.5
+    # A class that gives no weight price reads weights at its map price.
+    assert profile.read_gain(pool, weight=True) == profile.read_gain(pool) == 0.5
+    assert "packed_conv read +1 weight read -0.5 write +0" in profile.describe()
+    document["kernels"]["packed_conv"]["weight_read_gain"] = {"value": -0.5}
+    with pytest.raises(texscope.TexscopeError, match="kernels.packed_conv.weight_read_gain: "
+                                                     "every number needs a \"source\""):
+        cost_profile.from_document(document, "bad.json")
+
+
+def test_the_nvidia_profile_reads_weights_from_buffers_and_maps_from_textures():
+    mod = CONV_OF_CONSTANT_WEIGHTS
+    assert _conv_operand_scopes(texscope.texture_scope_pipeline("adreno-opencl")(mod)) == (
+        "global.texture-weight", "global.texture-weight")
+    assert _conv_operand_scopes(texscope.texture_scope_pipeline("nvidia-opencl")(mod)) == (
+        "global.texture", "global")
+    nvidia = texscope.texture_target("nvidia-opencl").profile
+    assert nvidia.origin == "built-in nvidia"
+    assert all(prices.weight_read_gain.value < 0 < prices.read_gain.value
+               for name, prices in nvidia.kernels.items() if name != "layout_transform")

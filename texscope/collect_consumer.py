@@ -97,7 +97,8 @@ def consumer_demands(graph: FunctionGraph) -> ConsumerInfo:
             demands[tensor].append(
                 _demand(graph, tensor, site.name, site.index, operand,
                         site.support.input(operand), site.support.name, site.support.note,
-                        graph.texture.profile.read_gain(site.support))
+                        graph.texture.profile.read_gain(site.support,
+                                                        graph.tensors[tensor].is_weight))
             )
     for position, tensor in enumerate(graph.returned):
         demands[tensor].append(

@@ -137,7 +137,20 @@ class CallTIRWithConstants:
         return gv
 
 
+def _conv_of_constant_weights() -> tvm.IRModule:
+    """A conv of constant weights and a relu: maps and a weight to place
+    (the planner sees the weight as a constant, as in any imported model)."""
+    x = relax.Var("x", relax.TensorType((1, 8, 16, 16), "float32"))
+
+    def body(bb, x):
+        y = bb.emit(O.nn.conv2d(x, relax.const(_weights((8, 8, 1, 1), "float32"))))
+        return O.nn.relu(y)
+
+    return _function([x], body)
+
+
 TFLITE_STYLE_CONV = _tflite_style_conv()
+CONV_OF_CONSTANT_WEIGHTS = _conv_of_constant_weights()
 BATCH_NORM_CONSTANTS = _batch_norm_constants()
 PACKED_WEIGHTS = _packed_weights()
 NEEDS_A_BUILD = _needs_a_build()

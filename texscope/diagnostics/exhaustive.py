@@ -24,7 +24,8 @@ from ..cleanup import Cleanup
 from ..collect_consumer import ConsumerInfo, collect_consumer
 from ..collect_producer import ProducerInfo, plan_of, writable
 from ..define_vdevice import define_vdevice
-from ..ir.graph import TO_VDEVICE, dps_inputs, relax_bindings, static_bytes, tensor_types
+from ..ir.graph import (TO_VDEVICE, dps_inputs, reads_a_weight, relax_bindings, static_bytes,
+                        tensor_types)
 from ..knowledge import registry
 from ..knowledge.registry import Storage
 from ..knowledge.targets import TextureTarget, is_texture_scope
@@ -112,7 +113,7 @@ def realized_price(mod: tvm.IRModule, texture: TextureTarget) -> float:
     """
     prices = texture.profile
     total = 0.0
-    for _, binding in relax_bindings(mod):
+    for gvar, binding in relax_bindings(mod):
         call = binding.value
         if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
             continue
@@ -121,7 +122,8 @@ def realized_price(mod: tvm.IRModule, texture: TextureTarget) -> float:
             continue
         support = registry.support_for(call, mod)
         for arg in dps_inputs(call):
-            total -= sum(prices.read_gain(support) * static_bytes(t) for t in _textures(arg.ty))
+            gain = prices.read_gain(support, reads_a_weight(arg, mod, gvar))
+            total -= sum(gain * static_bytes(t) for t in _textures(arg.ty))
         total -= sum(prices.write_gain(support) * static_bytes(t) for t in _textures(binding.var.ty))
     return total
 

@@ -36,6 +36,8 @@ DPS_OPS = frozenset({CALL_TIR, "relax.call_tir_inplace", "relax.call_dps_packed"
 # TVM's attribute counting a function's leading inputs; the parameters after
 # them are weights (LiftTransformParams reads it too).
 NUM_INPUT = "num_input"
+# The origins of tensors the model's weights hold (Tensor.origin).
+WEIGHT_ORIGINS = ("constant", "weight")
 
 
 def inputs_and_weights(func: relax.Function) -> tuple[list[relax.Var], list[relax.Var]]:
@@ -46,6 +48,16 @@ def inputs_and_weights(func: relax.Function) -> tuple[list[relax.Var], list[rela
     if count is None or not 0 <= int(count) <= len(params):
         return params, []
     return params[:int(count)], params[int(count):]
+
+
+def reads_a_weight(arg: relax.Expr, mod: tvm.IRModule, gvar: relax.GlobalVar) -> bool:
+    """Whether a call's argument in function ``gvar`` of ``mod`` is one of
+    the model's weights: a constant, or a parameter the function declares a
+    weight (the :class:`Tensor` origins of :data:`WEIGHT_ORIGINS`)."""
+    if isinstance(arg, Constant):
+        return True
+    return isinstance(arg, relax.Var) and any(arg.same_as(w)
+                                              for w in inputs_and_weights(mod[gvar])[1])
 
 
 @attrs.frozen
@@ -81,6 +93,12 @@ class Tensor:
     def nbytes(self) -> int:
         """Size in bytes, 0 when the shape is symbolic."""
         return 0 if self.shape is None else nbytes(self.shape, self.dtype)
+
+    @property
+    def is_weight(self) -> bool:
+        """Whether the model's weights hold it: a constant, or a parameter
+        the function declares a weight."""
+        return self.origin in WEIGHT_ORIGINS
 
 
 @attrs.frozen
@@ -262,7 +280,7 @@ class _Builder:
         shape = static_shape(ty)
         dtype = str(ty.dtype)
         index = len(self.tensors)
-        fit = self.texture.fit(shape, dtype, weight=origin in ("constant", "weight"))
+        fit = self.texture.fit(shape, dtype, weight=origin in WEIGHT_ORIGINS)
         self.tensors.append(Tensor(index, name, origin, shape, dtype, fit))
         return index
 

@@ -27,6 +27,8 @@ VERSION = 1
 DEFAULTS_DIR = Path(__file__).parent / "profiles"
 # Which fields of a kernel class are prices (each a {"value", "source"} pair).
 GAINS = ("read_gain", "write_gain")
+# Prices a kernel class may leave out: a weight's read costs what a map's does.
+OPTIONAL_GAINS = ("weight_read_gain",)
 
 
 @attrs.frozen
@@ -43,11 +45,16 @@ class KernelPrices:
     bytes accessed, in bytes-copied equivalents (negative: what it costs).
 
     ``read_gain`` prices reading the class's input from a texture rather than
-    a buffer; ``write_gain`` writing its output to one.
+    a buffer; ``write_gain`` writing its output to one; ``weight_read_gain``,
+    where given, reading a weight (a constant, or a parameter the function
+    declares a weight) from one.  A weight is read alike by every thread of a
+    kernel: a GPU that broadcasts a buffer load to them and makes each
+    thread fetch its own texel prices the two reads apart.
     """
 
     read_gain: Price
     write_gain: Price
+    weight_read_gain: Price | None = None
 
 
 @attrs.frozen
@@ -86,12 +93,17 @@ class CostProfile:
         plan costs in bytes convert to seconds by it."""
         return nbytes * self.copy_seconds_per_byte.value
 
-    def read_gain(self, support) -> float:
+    def read_gain(self, support, weight: bool = False) -> float:
         """What a texture read by ``support``'s kernel saves per byte read: its
-        cost class's price, or the entry's own ``texture_gain`` when this
-        profile does not price the class."""
+        cost class's price (of a ``weight``, its weight price where the class
+        has one), or the entry's own ``texture_gain`` when this profile does
+        not price the class."""
         prices = self.kernels.get(getattr(support, "cost_class", None))
-        return prices.read_gain.value if prices is not None else support.texture_gain
+        if prices is None:
+            return support.texture_gain
+        if weight and prices.weight_read_gain is not None:
+            return prices.weight_read_gain.value
+        return prices.read_gain.value
 
     def write_gain(self, support) -> float:
         """What a texture write by ``support``'s kernel saves per byte written
@@ -102,16 +114,20 @@ class CostProfile:
     def with_gains(self, read: float, write: float, source: str) -> "CostProfile":
         """This profile with every kernel class priced ``read`` / ``write``
         (a bench uses it to put every eligible tensor in a texture)."""
-        prices = KernelPrices(Price(read, source), Price(write, source))
+        prices = KernelPrices(Price(read, source), Price(write, source), Price(read, source))
         return attrs.evolve(self, kernels={name: prices for name in self.kernels},
                             origin=f"{self.origin} ({source})")
 
     def describe(self) -> str:
         name = self.device.get("name", "?")
+        def prices(v: KernelPrices) -> str:
+            weight = (f" weight read {v.weight_read_gain.value:+.3g}"
+                      if v.weight_read_gain is not None else "")
+            return f"read {v.read_gain.value:+.3g}{weight} write {v.write_gain.value:+.3g}"
+
         return (f"{self.origin}: {name}; copy {self.copy_seconds_per_byte.value * 1e9:.3g} ns/byte "
                 f"+ {self.copy_seconds_per_launch.value * 1e6:.3g} us/launch; "
-                + ", ".join(f"{k} read {v.read_gain.value:+.3g} write {v.write_gain.value:+.3g}"
-                            for k, v in sorted(self.kernels.items())))
+                + ", ".join(f"{k} {prices(v)}" for k, v in sorted(self.kernels.items())))
 
 
 # A gain that makes every eligible tensor a texture (or, negated, none): far
@@ -178,6 +194,8 @@ def from_document(document: Mapping, origin: str = "built-in") -> CostProfile:
         if not isinstance(entry, Mapping):
             raise TexscopeError(f"{origin}: kernels.{name} must be an object")
         gains = {g: _price(entry.get(g), f"{origin}: kernels.{name}.{g}") for g in GAINS}
+        gains.update({g: _price(entry[g], f"{origin}: kernels.{name}.{g}")
+                      for g in OPTIONAL_GAINS if g in entry})
         prices[name] = KernelPrices(**gains)
     return CostProfile(device, per_byte, per_launch, prices, origin, document)
 

@@ -78,12 +78,14 @@ MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_prof
 # model's conv has too few output pixels to fill the H200's threads: with
 # one output channel block per thread instead of TVM's 8, four MediaPipe
 # models' kernel time fell to 0.33-0.51x from buffers and 0.43-0.63x from
-# textures (bench/kernel_pairs.py, docs/benchmarks.md).  The kernels are
+# textures (bench/kernel_pairs.py, docs/benchmarks.md).  Its profile reads
+# weights from buffers (profiles/nvidia.json says why).  The kernels are
 # the Adreno target's otherwise (its keys, its schedules).
 NVIDIA = TexturePreset("nvidia", spatial_limit=32768, depth_limit=2048,
                        map_flavours=("global.texture", "global.texture-nhwc",
                                      "global.texture-weight"),
-                       depthwise_padding_in_registers=True, conv_channel_blocks=1)
+                       depthwise_padding_in_registers=True, conv_channel_blocks=1,
+                       default_profile="nvidia")
 PRESETS = {p.name: p for p in (ADRENO, MALI, NVIDIA)}
 
 TEXTURE_KINDS = ("opencl", "vulkan")

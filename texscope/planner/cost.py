@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from ..knowledge import registry
-from ..ir.graph import TO_VDEVICE, dps_inputs, relax_bindings, static_bytes
+from ..ir.graph import TO_VDEVICE, dps_inputs, reads_a_weight, relax_bindings, static_bytes
 from ..knowledge.registry import Storage
 from ..knowledge.targets import is_texture_scope, texture_target
 
@@ -121,7 +121,7 @@ def plan_cost(mod: tvm.IRModule, target=None, profile=None) -> PlanCost:
     copies = copy_bytes = 0
     saving = 0.0
     total = 0
-    for _, binding in relax_bindings(mod):
+    for gvar, binding in relax_bindings(mod):
         call = binding.value
         if not isinstance(call, relax.Call) or isinstance(call.op, relax.GlobalVar):
             continue
@@ -132,9 +132,9 @@ def plan_cost(mod: tvm.IRModule, target=None, profile=None) -> PlanCost:
             total += units(nbytes + launch)
             continue
         support = registry.support_for(call, mod)
-        gain = prices.read_gain(support)
         for arg in dps_inputs(call):
             if _in_texture(arg.ty):
+                gain = prices.read_gain(support, reads_a_weight(arg, mod, gvar))
                 saving += gain * static_bytes(arg.ty)
                 total -= units(gain * static_bytes(arg.ty))
         if _in_texture(binding.var.ty):
