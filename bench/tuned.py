@@ -48,6 +48,7 @@ paths; all by default.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import statistics
@@ -73,6 +74,57 @@ def zoo_loaders():
 
 def folder(label: str) -> str:
     return label.replace(" ", "-").replace("(", "").replace(")", "")
+
+
+def program_digest(plan_dir: Path) -> str:
+    """What a build runs (its plan and kernels), hashed: two builds of one
+    digest are the same program, whatever their plans were called."""
+    digest = hashlib.sha256()
+    for name in ("plan.json", "kernels.cl"):
+        digest.update((plan_dir / name).read_bytes())
+    return digest.hexdigest()
+
+
+def same_program_as(builds: dict) -> dict:
+    """Per build label, the extreme (all texture or all buffer) that runs
+    the very same program, where one does."""
+    extremes = [label for label in ("all buffer", "all texture") if label in builds]
+    return {label: next((e for e in extremes if builds[e]["digest"] == row["digest"]), None)
+            for label, row in builds.items() if label not in (*extremes, AGAIN)}
+
+
+def noise_summary(found: dict) -> tuple[list[str], float]:
+    """The same program replayed as two builds, per model: the lines saying
+    how far apart, and the largest relative difference."""
+    gaps = {name: abs(e["rows"][AGAIN]["seconds"] / e["rows"]["all buffer"]["seconds"] - 1)
+            for name, e in found.items()}
+    worst = max(gaps, key=gaps.get)
+    return ([f"Noise band: `all buffer (again)` against `all buffer`, the same program "
+             f"replayed as a build of its own: {statistics.median(gaps.values()) * 100:.1f}% "
+             f"apart in the median model, {gaps[worst] * 100:.1f}% at most ({worst})."],
+            gaps[worst])
+
+
+def verdicts(found: dict, band: float) -> list[str]:
+    """Per model, how the tuned plan stands against the better extreme."""
+    same, within, faster, slower = [], [], [], []
+    for name, entry in found.items():
+        builds = entry["rows"]
+        floor = min(builds["all texture"]["seconds"], builds["all buffer"]["seconds"])
+        ratio = builds["tuned"]["seconds"] / floor
+        if same_program_as(builds).get("tuned"):
+            same.append(name)
+        elif ratio <= 0.95:
+            faster.append(f"{name} {ratio:.3f}")
+        elif ratio <= 1.0 + band:
+            within.append(f"{name} {ratio:.3f}")
+        else:
+            slower.append(f"{name} {ratio:.3f}")
+    return [f"Tuned plan against the better extreme: the very same program on {len(same)} "
+            f"models ({', '.join(same) or 'none'}); at most 0.95x on {len(faster)} "
+            f"({', '.join(faster) or 'none'}); otherwise within 1.00x plus the noise band on "
+            f"{len(within)} ({', '.join(within) or 'none'}); beyond it on {len(slower)} "
+            f"({', '.join(slower) or 'none'})."]
 
 
 def _safe(name: str) -> str:
@@ -222,7 +274,9 @@ def measure(directory: Path, device, runs: int) -> dict:
             seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
             ok = agreement(done[0].outputs, expected).ok
             rows[label] = {"run": done[0], "seconds": seconds, "ok": ok,
-                           "predicted": meta["predicted_s"].get(label)}
+                           "predicted": meta["predicted_s"].get(label),
+                           "digest": program_digest(root / folder(
+                               "all buffer" if label == AGAIN else label))}
         found[meta["model"]] = {"rows": rows, "set_build_s": meta["set_build_s"],
                                 "tune_s": tuning.get("tune_wall_s"),
                                 "untuned": meta.get("untuned_calls", 0)}
@@ -237,17 +291,20 @@ def table(found: dict) -> list[str]:
     for name, entry in found.items():
         builds = entry["rows"]
         floor = min(builds["all texture"]["seconds"], builds["all buffer"]["seconds"])
+        same = same_program_as(builds)
         for label, row in builds.items():
             run = row["run"]
             if row["predicted"] is not None and label != AGAIN:
                 pairs.append((row["predicted"], row["seconds"]))
-            rows.append((name, label, f"{row['seconds'] * 1e3:.3f}",
+            shown = f"{label} (= {same[label]})" if same.get(label) else label
+            rows.append((name, shown, f"{row['seconds'] * 1e3:.3f}",
                          f"{row['seconds'] / floor:.3f}", run.launches, run.images, run.copies,
                          "-" if row["predicted"] is None else f"{row['predicted'] * 1e3:.3f}",
                          "yes" if row["ok"] else "NO"))
     lines = markdown_table(header, rows)
-    lines += ["", "Noise band: `all buffer (again)` against `all buffer`, the same program "
-              "replayed as a build of its own.", ""]
+    noise, band = noise_summary(found)
+    lines += ["", "`(= all buffer)`: the build runs the very same program (plan and "
+              "kernels) as that extreme.", "", *noise, "", *verdicts(found, band), ""]
     lines += [f"Predicted (tuning file's kernel and copy times) against measured, over "
               f"{len(pairs)} builds: Pearson r = {pearson(pairs):+.3f}, Spearman rho = "
               f"{spearman(pairs):+.3f}.", ""]

@@ -166,7 +166,42 @@ def test_the_tuned_bench_runs_its_four_steps_on_pocl(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
     table = (tmp_path / "table.md").read_text()
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| zoo/inception")]
-    assert [r[1] for r in rows[:5]] == ["tuned", "default", "all texture", "all buffer",
-                                        "all buffer (again)"]
+    assert [r[1].split(" (= ")[0] for r in rows[:5]] == [
+        "tuned", "default", "all texture", "all buffer", "all buffer (again)"]
     assert all(r[-1].startswith("yes") for r in rows[:5])
     assert "Spearman rho" in table and "<!-- bench:tuned.py -->" in table
+
+
+def test_the_tuned_table_says_which_builds_run_the_same_program(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import tuned
+
+    programs = {"tuned": "a", "default": "b", "all-texture": "c", "all-buffer": "a"}
+    for name, text in programs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "plan.json").write_text("{}")
+        (tmp_path / name / "kernels.cl").write_text(text)
+
+    def model(milliseconds: dict) -> dict:
+        rows = {label: {"run": SimpleNamespace(launches=3, images=0, copies=0),
+                        "seconds": value / 1e3, "ok": True, "predicted": value / 1e3,
+                        "digest": tuned.program_digest(tmp_path / tuned.folder(
+                            "all buffer" if label == tuned.AGAIN else label))}
+                for label, value in milliseconds.items()}
+        return {"rows": rows, "set_build_s": 1.0, "tune_s": 2.0, "untuned": 0}
+
+    found = {"same": model({"tuned": 1.02, "default": 2.0, "all texture": 3.0,
+                            "all buffer": 1.0, tuned.AGAIN: 1.04})}
+    (tmp_path / "tuned" / "kernels.cl").write_text("d")
+    found["faster"] = model({"tuned": 0.9, "default": 2.0, "all texture": 3.0,
+                             "all buffer": 1.0, tuned.AGAIN: 0.99})
+    lines = tuned.table(found)
+    assert "| same | tuned (= all buffer) | 1.020 | 1.020 | 3 | 0 | 0 | 1.020 | yes |" in lines
+    assert "| faster | tuned | 0.900 | 0.900 | 3 | 0 | 0 | 0.900 | yes |" in lines
+    assert ("Noise band: `all buffer (again)` against `all buffer`, the same program replayed "
+            "as a build of its own: 2.5% apart in the median model, 4.0% at most (same).") in lines
+    assert ("Tuned plan against the better extreme: the very same program on 1 models (same); "
+            "at most 0.95x on 1 (faster 0.900); otherwise within 1.00x plus the noise band on 0 "
+            "(none); beyond it on 0 (none).") in lines
