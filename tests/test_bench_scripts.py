@@ -206,3 +206,11 @@ def test_the_tuned_table_says_which_builds_run_the_same_program(tmp_path, monkey
     assert ("Tuned plan against the better extreme: the very same program on 1 models (same); "
             "at most 0.95x on 1 (faster 0.900); otherwise within 1.00x plus the noise band on 0 "
             "(none); beyond it on 0 (none).") in lines
+
+
+def test_the_tuned_bench_runs_each_build_as_often_in_each_place(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import tuned
+
+    assert tuned.rotations(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"],
+                                                   ["c", "a", "b"], ["a", "b", "c"]]
