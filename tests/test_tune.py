@@ -217,6 +217,17 @@ def test_a_tuning_file_of_another_model_or_target_is_refused(two_convs_set):
         build(two_convs(), "mali-opencl", tuning=document)
 
 
+def test_a_tuning_file_for_smaller_images_applies(two_convs_set):
+    # A build fitted to a device whose images are smaller than the preset's
+    # (texscope run, build --fit-device) builds the same kernels.
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, lambda *_: 1e-3)
+    smaller = dict(json.loads(document["target"]), texture_spatial_limit=4096,
+                   texture_depth_limit=256)
+    report = build(two_convs(), smaller, tuning=document).report
+    assert report.kernels and report.untuned == () and report.verdicts
+
+
 # The oracle: every assignment of storages realized in the module (stages 4
 # and 5), fused as the build fuses, and priced from the fused module alone:
 # each kernel call by the synthetic time of its kernel (by kernel_key) with
@@ -348,6 +359,24 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
     assert replayed.returncode == 0, replayed.stderr
     explained = run("texscope", "explain", str(model), "--tuning", str(tmp_path / "tuning.json"))
     assert explained.returncode == 0 and "Kernels, measured" in explained.stdout
+    # Fitted to the device's images, the build may plan under smaller limits
+    # (test_a_tuning_file_for_smaller_images_applies): the file applies.
+    fitted = run("texscope", "build", str(model), "--tuning", str(tmp_path / "tuning.json"),
+                 "--fit-device", "-o", str(tmp_path / "fitted"))
+    assert fitted.returncode == 0, fitted.stderr
+    assert "0 calls by the cost profile" in fitted.stdout
+    ran = run("texscope", "run", str(model), "--tuning", str(tmp_path / "tuning.json"))
+    assert ran.returncode == 0, ran.stderr
+    assert "0 calls by the cost profile" in ran.stdout
+    assert re.search(r"against the CPU \(llvm\): .* -> OK", ran.stdout)
+
+    # Measured on another device: `texscope run` knows its device and refuses.
+    elsewhere = json.loads((tmp_path / "tuning.json").read_text())
+    elsewhere["device"]["name"] = "Some Other GPU"
+    (tmp_path / "elsewhere.json").write_text(json.dumps(elsewhere))
+    refused = run("texscope", "run", str(model), "--tuning", str(tmp_path / "elsewhere.json"))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "measured on 'Some Other GPU'" in refused.stderr and "tune on the device" in refused.stderr
 
     # Another model's tuning file: one line, status 2, nothing written.
     other = tmp_path / "other.py"

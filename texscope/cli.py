@@ -91,13 +91,7 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
     out_dir = result.export(out, name)
     _print_summary(result)
     if tuning is not None:
-        report = result.report
-        print(f"tuning {report.build['tuning']}: {len(report.kernels)} kernels priced by "
-              f"their measured time; {len(report.untuned)} calls by the cost profile"
-              + (f" ({', '.join(report.untuned[:5])}{', ...' * (len(report.untuned) > 5)})"
-                 if report.untuned else ""))
-        for verdict in report.verdicts:
-            print(f"  {verdict.function}: {verdict.reason}")
+        _print_tuning(result.report)
     if time_passes:
         from .diagnostics.pass_timing import render
 
@@ -105,6 +99,16 @@ def _build(model: tvm.IRModule, target: str, out: Path, host: str | None,
         print(render(list(result.pass_times), result.report.build["build_s"],
                      threaded=THREADED_PASSES, jobs=threads))
     return out_dir
+
+
+def _print_tuning(report) -> None:
+    """What a tuning file priced in a build, and the plan it kept."""
+    print(f"tuning {report.build['tuning']}: {len(report.kernels)} kernels priced by "
+          f"their measured time; {len(report.untuned)} calls by the cost profile"
+          + (f" ({', '.join(report.untuned[:5])}{', ...' * (len(report.untuned) > 5)})"
+             if report.untuned else ""))
+    for verdict in report.verdicts:
+        print(f"  {verdict.function}: {verdict.reason}")
 
 
 def _model(args) -> tvm.IRModule:
@@ -341,13 +345,23 @@ def cmd_run(args) -> int:
         raise TexscopeError(f"{args.save_outputs} exists; --save-outputs writes only new files")
     given = _read_inputs(args.inputs, model) if args.inputs else None
     sizes = _sizes(args.size, model, required=given is None)
+    tuning = _tuning_file(args.tuning)
     device = opencl.default_device()
+    if tuning is not None and tuning["device"]["name"].strip() != device.name.strip():
+        raise TexscopeError(f"{args.tuning} was measured on {tuning['device']['name'].strip()!r}, "
+                            f"and this run's device is {device.name.strip()!r}: tune on the "
+                            "device the model runs on")
     # Textures must fit this device's images as well as the target's.
     target = opencl.device_target(device, args.target)
     print(f"building for {args.target} (texture limits {target['texture_spatial_limit']} x "
           f"{target['texture_depth_limit']}, to fit {device.name.strip()})")
-    result = build(model, target, log=_print_stage, profile=args.cost_profile,
-                   lift_weights=args.lift_weights)
+    try:
+        result = build(model, target, log=_print_stage, profile=args.cost_profile,
+                       lift_weights=args.lift_weights, tuning=tuning)
+    except TexscopeError as err:
+        raise TexscopeError(f"{args.model}: {err}") from None
+    if tuning is not None:
+        _print_tuning(result.report)
     print(f"outputs: {', '.join(opencl.plan_of(result).outputs)}")
     inputs = given or verify.random_inputs(model, seed=args.seed, sizes=sizes)
     if args.lift_weights:
@@ -479,6 +493,7 @@ def main(argv=None) -> int:
     p.add_argument("--lift-weights", action="store_true", help=LIFT_WEIGHTS_HELP)
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help=INPUT_SHAPE_HELP)
+    p.add_argument("--tuning", help=TUNING_HELP)
     p.set_defaults(run=cmd_run)
     p = commands.add_parser("calibrate", help="measure what textures, buffers and copies cost "
                                               "on an OpenCL device: a cost profile for build "

@@ -12,6 +12,9 @@ tuning file belongs to the model and target and hands the planner both.
 
 from __future__ import annotations
 
+import functools
+import json
+
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -20,7 +23,7 @@ from ...errors import TexscopeError
 from ...frontend.naming import ConvertKeepingNames
 from ...ir.graph import CALL_TIR, static_shape
 from ...knowledge import profile as cost_profile
-from ...knowledge.targets import texture_target
+from ...knowledge.targets import TEXTURE_KINDS, preset_of, texture_target
 from ...opencl import tuning as tuning_file
 from ...pipeline import annotate_module
 from ...planner.tuned import KernelUse, MeasuredCosts
@@ -36,14 +39,56 @@ def model_fingerprint(mod: tvm.IRModule) -> str:
 
 
 def kernel_key(func: tvm.tirx.PrimFunc) -> str:
-    """A kernel's name whatever its operands' storages: a digest of the
-    PrimFunc with every parameter a global buffer."""
+    """A kernel's name whatever its operands' storages and the texture
+    limits its target was fitted to: a digest of the PrimFunc with every
+    parameter a global buffer and its target's limits the preset's."""
+    target = func.attrs.get("target") if func.attrs is not None else None
+    if target is not None:
+        func = func.with_attr("target", _with_preset_limits(target))
     return f"{tvm_ffi.structural_hash(plain(func)) & (2**64 - 1):016x}"
+
+
+@functools.lru_cache(maxsize=None)
+def _preset_limited(described: str) -> tvm.target.Target:
+    exported = json.loads(described)
+    preset = preset_of(tvm.target.Target(exported))
+    exported.update(texture_spatial_limit=preset.spatial_limit,
+                    texture_depth_limit=preset.depth_limit)
+    return tvm.target.Target(exported)
+
+
+def _with_preset_limits(target: tvm.target.Target) -> tvm.target.Target:
+    """``target`` with the texture limits of its device's preset (a build
+    fitted to a device's smaller images binds the same kernels to a target of
+    other limits: BindTarget puts it into every PrimFunc)."""
+    if target.kind.name not in TEXTURE_KINDS or "texture_spatial_limit" not in target.attrs:
+        return target
+    preset = preset_of(target)
+    if (int(target.attrs["texture_spatial_limit"]), int(target.attrs["texture_depth_limit"])) \
+            == (preset.spatial_limit, preset.depth_limit):
+        return target  # the preset's own: its keys as they always were
+    return _preset_limited(str(target))
 
 
 def target_label(target) -> str:
     """A target as tuning files name it (its full description, host left out)."""
     return str(texture_target(target).target)
+
+
+# A build fitted to a device's images (texscope run, build --fit-device) plans
+# under smaller texture limits than the preset its tuning set was built for;
+# a kernel's code for given storages does not depend on them.
+_TEXTURE_LIMITS = ("texture_spatial_limit", "texture_depth_limit")
+
+
+def kernels_target(target) -> dict:
+    """What a target's kernels are built from: its description without the
+    texture limits, which only say which tensors may be images."""
+    described = dict(texture_target(target).target.export())
+    described.pop("host", None)
+    for limit in _TEXTURE_LIMITS:
+        described.pop(limit, None)
+    return described
 
 
 def plan_profiles(texture):
@@ -171,7 +216,7 @@ def measured_costs(mod: tvm.IRModule, device_target, texture, tuning) -> Measure
         raise TexscopeError(f"{origin} was measured for another model ({document['model']}, "
                             f"fingerprint {document['model_fingerprint']}; this one is "
                             f"{fingerprint}): tune this model with `texscope tune`")
-    if target_label(document["target"]) != target_label(texture.target):
+    if kernels_target(document["target"]) != kernels_target(texture.target):
         raise TexscopeError(f"{origin} was measured for target {document['target']!r}, not "
                             f"this build's ({target_label(texture.target)})")
     device = texture.profile.device.get("name")
