@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tvm import relax
 from tvm.script import ir as I, relax as R
@@ -81,6 +82,13 @@ def test_calibration_measures_every_kernel_class_with_a_source(measured):
         expected = (sample["buffer_s"] - sample["image_in_s"]) / (
             sample["bytes_read"] * profile.copy_seconds_per_byte.value)
         assert prices["read_gain"]["value"] == pytest.approx(expected)
+        if name in ("packed_conv", "depthwise_conv"):  # their weights, in an image
+            expected = (sample["buffer_s"] - sample["weight_image_s"]) / (
+                sample["bytes_weights"] * profile.copy_seconds_per_byte.value)
+            assert prices["weight_read_gain"]["value"] == pytest.approx(expected)
+            assert "its weights in an image" in prices["weight_read_gain"]["source"]
+        else:
+            assert "weight_read_gain" not in prices
 
 
 def test_texscope_calibrate_writes_a_profile_the_build_reads(tmp_path):
@@ -258,3 +266,34 @@ def test_the_nvidia_profile_reads_weights_from_buffers_and_maps_from_textures():
     assert nvidia.origin == "built-in nvidia"
     assert all(prices.weight_read_gain.value < 0 < prices.read_gain.value
                for name, prices in nvidia.kernels.items() if name != "layout_transform")
+
+
+@pytest.mark.parametrize("name", ["packed_conv", "depthwise_conv"])
+def test_a_convs_weights_read_from_an_image_give_what_they_give_from_a_buffer(name):
+    cl = source.pyopencl()
+    bench = calibrate._Bench(cl, calibrate.pick_device(0), repeats=1)
+    c4, size = 2, 6
+    shape = calibrate.OPERANDS[name]
+    row = calibrate.weight_row(shape, c4)
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((c4, size, size, 4)).astype(np.float32)
+    weights = rng.standard_normal((c4, row, 4)).astype(np.float32)
+    mf = cl.mem_flags
+    in_buffer = cl.Buffer(bench.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data)
+    weight_image = bench.image(row, c4, 1, fill=False)
+    cl.enqueue_copy(bench.queue, weight_image, weights[None], origin=(0, 0, 0),
+                    region=(row, c4, 1))
+    outputs = []
+    for variant, weight in (("buffer", cl.Buffer(bench.context, mf.READ_ONLY | mf.COPY_HOST_PTR,
+                                                 hostbuf=weights)),
+                            ("weight_image", weight_image)):
+        out = np.empty_like(data)
+        out_buffer = cl.Buffer(bench.context, mf.WRITE_ONLY, out.nbytes)
+        kernel = bench.kernel(variant, name)
+        kernel.set_args(in_buffer, weight, out_buffer, *(np.int32(v) for v in (c4, size, size,
+                                                                                size, size)))
+        cl.enqueue_nd_range_kernel(bench.queue, kernel, (size, size, c4), None)
+        cl.enqueue_copy(bench.queue, out, out_buffer)
+        outputs.append(out)
+    assert np.abs(outputs[0]).max() > 0
+    np.testing.assert_array_equal(outputs[0], outputs[1])

@@ -9,7 +9,8 @@ runs where TVM is not installed):
 * per kernel class of the registry (``calibrate_kernels.cl``: packed conv,
   depthwise conv, element-wise, pool, layer norm, layout transform), the same
   kernel over a few shapes with its packed input in a buffer and in an image,
-  and with its output in a buffer and in an image.
+  with its output in a buffer and in an image, and (the convs) with its
+  weights in a buffer and in an image.
 
 With ``--kernels DIR`` the kernel classes are priced from texscope's own
 built kernels instead (:mod:`texscope.opencl.kernel_set`; ``texscope calibrate
@@ -19,7 +20,8 @@ run, where a microbenchmark may mislead.
 A class's read gain is what reading its input from an image saves, in bytes
 a copy moves in the same time, per byte read:
 ``(t_buffer - t_image_in) / (bytes read * copy seconds per byte)``, the median
-over shapes; its write gain likewise for the output.  Negative: images cost.
+over shapes; its write gain likewise for the output, and a conv class's
+weight read gain for its weights.  Negative: images cost.
 Each time is the least of ``repeats`` runs after a warm-up (other processes
 only ever add time), from OpenCL profiling events.
 """
@@ -51,7 +53,8 @@ DEFAULT_SHAPES = ((16, 56), (32, 28), (64, 14))
 COPY_TEXELS = (1, 1024, 16384, 262144, 1048576)
 DEFAULT_REPEATS = 3
 TEXEL_BYTES = 16  # RGBA float32
-VARIANTS = {"buffer": [], "image_in": ["-DIN_IMAGE"], "image_out": ["-DOUT_IMAGE"]}
+VARIANTS = {"buffer": [], "image_in": ["-DIN_IMAGE"], "image_out": ["-DOUT_IMAGE"],
+            "weight_image": ["-DWEIGHT_IMAGE"]}
 
 
 @attrs.frozen
@@ -269,10 +272,10 @@ def _time_kernel(bench: _Bench, name: str, variant: str, channels: int, size: in
                     else bench.buffer(c4 * height * width * 4))
     if shape.plain_input:
         args.append(bench.buffer(c4 * 4 * height * width))
-    if shape.weights == "dense":
-        args.append(bench.buffer(c4 * c4 * 9 * 16))
-    elif shape.weights == "depthwise":
-        args.append(bench.buffer(c4 * 9 * 4))
+    if shape.weights is not None:
+        row = weight_row(shape, c4)
+        args.append(bench.image(row, c4, 1) if variant == "weight_image"
+                    else bench.buffer(c4 * row * 4))
     if shape.output == "packed" and variant == "image_out":
         args.append(bench.image(out_w, out_h, c4, fill=False))
     else:
@@ -294,7 +297,7 @@ def measure_kernels(bench: _Bench, shapes, per_byte: float, progress: Progress,
     """Per kernel class: read and write gains, with the times behind them."""
     kernels = {}
     for mb in benchmarks:
-        samples, read_gains, write_gains = [], [], []
+        samples, read_gains, write_gains, weight_gains = [], [], [], []
         for channels, size in shapes:
             c4 = max(channels // 4, 1)
             label = f"{mb.cost_class} {c4 * 4}x{size}x{size}"
@@ -307,6 +310,13 @@ def measure_kernels(bench: _Bench, shapes, per_byte: float, progress: Progress,
             sample["image_in_s"] = _time_kernel(bench, mb.read_kernel, "image_in", channels, size)
             progress.step(label + " image input")
             read_gains.append(_gain(sample["buffer_s"], sample["image_in_s"], bytes_in, per_byte))
+            if read.weights is not None:
+                sample["bytes_weights"] = weight_bytes(read, c4)
+                sample["weight_image_s"] = _time_kernel(bench, mb.read_kernel, "weight_image",
+                                                        channels, size)
+                progress.step(label + " weights in an image")
+                weight_gains.append(_gain(sample["buffer_s"], sample["weight_image_s"],
+                                          sample["bytes_weights"], per_byte))
             if mb.write_kernel is not None:
                 write = OPERANDS[mb.write_kernel]
                 out = math.ceil(size / write.stride)
@@ -338,12 +348,28 @@ def measure_kernels(bench: _Bench, shapes, per_byte: float, progress: Progress,
                                          "write only buffers"}),
             "samples": samples,
         }
+        if weight_gains:
+            kernels[mb.cost_class]["weight_read_gain"] = {
+                "value": statistics.median(weight_gains),
+                "source": f"{how}; kernel {mb.read_kernel}, its weights in an image"}
     return kernels
 
 
+def weight_row(shape: KernelShape, c4: int) -> int:
+    """Texels of a kernel's weights per output channel block, for ``c4``
+    channel blocks: a row of their image (calibrate_kernels.cl)."""
+    return c4 * 36 if shape.weights == "dense" else 9
+
+
+def weight_bytes(shape: KernelShape, c4: int) -> int:
+    """The bytes of a kernel's weights for ``c4`` channel blocks."""
+    return c4 * weight_row(shape, c4) * TEXEL_BYTES
+
+
 def steps(shapes, copy_sizes, benchmarks=BENCHMARKS) -> int:
-    per_shape = sum(2 + (0 if mb.write_kernel is None else
-                         1 + (mb.write_kernel != mb.read_kernel)) for mb in benchmarks)
+    per_shape = sum(2 + (OPERANDS[mb.read_kernel].weights is not None)
+                    + (0 if mb.write_kernel is None else 1 + (mb.write_kernel != mb.read_kernel))
+                    for mb in benchmarks)
     return 2 * len(copy_sizes) + per_shape * len(shapes)
 
 

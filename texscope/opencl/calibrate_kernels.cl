@@ -1,10 +1,13 @@
 // texscope calibrate's microbenchmarks: one kernel per kernel class of the
-// registry, each compiled three times: its packed input and output in
+// registry, each compiled four times: its packed input and output in
 // buffers, its input in an image (IN_IMAGE), its output in an image
-// (OUT_IMAGE).  A packed tensor [1, C4, H, W, 4] is an image2d_array_t of
-// W x H texels x C4 layers (the "global.texture" flavour) or a buffer of
-// float4 in the same order.  Bounds are tested explicitly in both cases, as
-// TVM's kernels do, so the two versions do the same arithmetic.
+// (OUT_IMAGE), the convs' weights in an image (WEIGHT_IMAGE).  A packed
+// tensor [1, C4, H, W, 4] is an image2d_array_t of W x H texels x C4 layers
+// (the "global.texture" flavour) or a buffer of float4 in the same order.
+// Bounds are tested explicitly in both cases, as TVM's kernels do, so the
+// versions do the same arithmetic.  A weight is a one-layer image of one
+// row of texels per output channel block, or a buffer of float4 in the
+// same order (WROW texels a row).
 
 __constant sampler_t SMP = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;
 
@@ -14,6 +17,14 @@ __constant sampler_t SMP = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK
 #else
 #define IN_T __global const float4* restrict
 #define LOAD(t, l, y, x) t[((l) * H + (y)) * W + (x)]
+#endif
+
+#ifdef WEIGHT_IMAGE
+#define WEIGHT_T __read_only image2d_array_t
+#define LOADW(t, row, col, WROW) read_imagef(t, SMP, (int4)((col), (row), 0, 0))
+#else
+#define WEIGHT_T __global const float4* restrict
+#define LOADW(t, row, col, WROW) t[(row) * (WROW) + (col)]
 #endif
 
 #ifdef OUT_IMAGE
@@ -26,9 +37,10 @@ __constant sampler_t SMP = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK
 
 // 3x3 conv, pad 1, stride 1; weights [OC4][C4][3][3][4 rows of float4].
 // Global size (OW, OH, OC4).
-__kernel void packed_conv(IN_T in, __global const float4* restrict weight, OUT_T out,
+__kernel void packed_conv(IN_T in, WEIGHT_T weight, OUT_T out,
                           int C4, int H, int W, int OH, int OW) {
   const int x = get_global_id(0), y = get_global_id(1), oc = get_global_id(2);
+  const int wrow = C4 * 36;
   float4 acc = (float4)(0.0f);
   for (int ic = 0; ic < C4; ++ic) {
     for (int ky = 0; ky < 3; ++ky) {
@@ -38,8 +50,9 @@ __kernel void packed_conv(IN_T in, __global const float4* restrict weight, OUT_T
         const int ix = x + kx - 1;
         if (ix < 0 || ix >= W) continue;
         const float4 v = LOAD(in, ic, iy, ix);
-        __global const float4* w = weight + (((oc * C4 + ic) * 3 + ky) * 3 + kx) * 4;
-        acc += v.x * w[0] + v.y * w[1] + v.z * w[2] + v.w * w[3];
+        const int col = ((ic * 3 + ky) * 3 + kx) * 4;
+        acc += v.x * LOADW(weight, oc, col, wrow) + v.y * LOADW(weight, oc, col + 1, wrow)
+             + v.z * LOADW(weight, oc, col + 2, wrow) + v.w * LOADW(weight, oc, col + 3, wrow);
       }
     }
   }
@@ -47,7 +60,7 @@ __kernel void packed_conv(IN_T in, __global const float4* restrict weight, OUT_T
 }
 
 // 3x3 depthwise conv, pad 1; weights [C4][3][3] float4.  Global (OW, OH, C4).
-__kernel void depthwise_conv(IN_T in, __global const float4* restrict weight, OUT_T out,
+__kernel void depthwise_conv(IN_T in, WEIGHT_T weight, OUT_T out,
                              int C4, int H, int W, int OH, int OW) {
   const int x = get_global_id(0), y = get_global_id(1), c = get_global_id(2);
   float4 acc = (float4)(0.0f);
@@ -57,7 +70,7 @@ __kernel void depthwise_conv(IN_T in, __global const float4* restrict weight, OU
     for (int kx = 0; kx < 3; ++kx) {
       const int ix = x + kx - 1;
       if (ix < 0 || ix >= W) continue;
-      acc += LOAD(in, c, iy, ix) * weight[(c * 3 + ky) * 3 + kx];
+      acc += LOAD(in, c, iy, ix) * LOADW(weight, c, ky * 3 + kx, 9);
     }
   }
   STORE(out, c, y, x, acc);
