@@ -120,6 +120,7 @@ class CostProfile:
 
     def describe(self) -> str:
         name = self.device.get("name", "?")
+
         def prices(v: KernelPrices) -> str:
             weight = (f" weight read {v.weight_read_gain.value:+.3g}"
                       if v.weight_read_gain is not None else "")

@@ -31,6 +31,10 @@ from ..fusion import fuse_passes, run_under
 from ..schedules.scope_variants import plain
 
 EVERYWHERE = cost_profile.EVERYWHERE
+# A build fitted to a device's images (texscope run, build --fit-device) plans
+# under smaller texture limits than the preset its tuning set was built for;
+# a kernel's code for given storages does not depend on them.
+_TEXTURE_LIMITS = ("texture_spatial_limit", "texture_depth_limit")
 
 
 def model_fingerprint(mod: tvm.IRModule) -> str:
@@ -52,8 +56,7 @@ def kernel_key(func: tvm.tirx.PrimFunc) -> str:
 def _preset_limited(described: str) -> tvm.target.Target:
     exported = json.loads(described)
     preset = preset_of(tvm.target.Target(exported))
-    exported.update(texture_spatial_limit=preset.spatial_limit,
-                    texture_depth_limit=preset.depth_limit)
+    exported.update(zip(_TEXTURE_LIMITS, (preset.spatial_limit, preset.depth_limit)))
     return tvm.target.Target(exported)
 
 
@@ -64,7 +67,7 @@ def _with_preset_limits(target: tvm.target.Target) -> tvm.target.Target:
     if target.kind.name not in TEXTURE_KINDS or "texture_spatial_limit" not in target.attrs:
         return target
     preset = preset_of(target)
-    if (int(target.attrs["texture_spatial_limit"]), int(target.attrs["texture_depth_limit"])) \
+    if tuple(int(target.attrs[limit]) for limit in _TEXTURE_LIMITS) \
             == (preset.spatial_limit, preset.depth_limit):
         return target  # the preset's own: its keys as they always were
     return _preset_limited(str(target))
@@ -73,12 +76,6 @@ def _with_preset_limits(target: tvm.target.Target) -> tvm.target.Target:
 def target_label(target) -> str:
     """A target as tuning files name it (its full description, host left out)."""
     return str(texture_target(target).target)
-
-
-# A build fitted to a device's images (texscope run, build --fit-device) plans
-# under smaller texture limits than the preset its tuning set was built for;
-# a kernel's code for given storages does not depend on them.
-_TEXTURE_LIMITS = ("texture_spatial_limit", "texture_depth_limit")
 
 
 def kernels_target(target) -> dict:
