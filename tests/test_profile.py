@@ -167,7 +167,8 @@ def test_slow_textures_keep_tensors_in_buffers():
     # Packed convs read their data from a buffer too: slow textures keep it one.
     assert default.of("lv").storage is Storage.TEXTURE
     assert slow.of("lv").storage is Storage.BUFFER
-    assert slow.of("lv").reason == "buffer; read directly by c"
+    assert slow.of("lv").reason == ("buffer; read directly by c; the cost profile prices reading "
+                                    "it from a texture below a buffer (read gain -2 per byte)")
     assert slow.copies == 0
 
 
@@ -262,7 +263,13 @@ def test_the_nvidia_profile_reads_weights_from_buffers_and_maps_from_textures():
         "global.texture-weight", "global.texture-weight")
     assert _conv_operand_scopes(texscope.texture_scope_pipeline("nvidia-opencl")(mod)) == (
         "global.texture", "global")
-    nvidia = texscope.texture_target("nvidia-opencl").profile
+    texture = texscope.texture_target("nvidia-opencl")
+    packed = texscope.ConvertToPackedLayout("nvidia-opencl")(mod)
+    weight = next(c for c in texscope.collect_producer(texscope.collect_consumer(
+        packed, "main", texture)).choices if c.tensor.startswith("const"))
+    assert weight.reason.endswith("the cost profile prices reading a weight from a texture "
+                                  "below a buffer (read gain -1 per byte)")
+    nvidia = texture.profile
     assert nvidia.origin == "built-in nvidia"
     assert all(prices.weight_read_gain.value < 0 < prices.read_gain.value
                for name, prices in nvidia.kernels.items() if name != "layout_transform")

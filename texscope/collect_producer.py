@@ -290,6 +290,13 @@ def _choice(tensor: Tensor, storage: Storage, demands, read, note: str, policy: 
         parts.append(note)
     if policy == "optimal" and storage is Storage.TEXTURE and copied:
         parts.append("the texture reads save more than the copy costs")
+    readers = [d for d in demands if d.call is not None]
+    if storage is Storage.BUFFER and tensor.fit.scope is not None and readers \
+            and all(d.gain < 0 for d in readers):
+        what = "a weight" if tensor.is_weight else "it"
+        gains = ", ".join(sorted({f"{d.gain:+.3g}" for d in readers}))
+        parts.append(f"the cost profile prices reading {what} from a texture below a buffer "
+                     f"(read gain {gains} per byte)")
     return ScopeChoice(
         tensor=tensor.name,
         storage=storage,
