@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 
 from texscope.backend.tuning import tuning_set
+from modules.constant_folding import CONV_OF_CONSTANT_WEIGHTS
 from texscope.backend.build import build
 from texscope.backend.fusion import fuse_passes, run_under
 from texscope.backend.tuning.measured import kernel_key, measured_costs, plan_profiles
@@ -206,6 +207,15 @@ def test_textures_winning_everywhere_give_the_all_texture_plan(two_convs_set):
     everywhere = build(two_convs(), TARGET, profile=plan_profiles(texture)["all-texture"]).report
     assert tuned.summary()["in_texture"] == everywhere.summary()["in_texture"] > 0
     assert {t.name: t.scope for t in tuned.tensors} == {t.name: t.scope for t in everywhere.tensors}
+
+
+def test_the_tuning_set_covers_maps_in_textures_with_weights_in_buffers():
+    texture = texture_target(TARGET)
+    report = build(CONV_OF_CONSTANT_WEIGHTS, TARGET,
+                   profile=plan_profiles(texture)["maps-in-textures"]).report
+    scopes = {t.name: t.scope for t in report.tensors}
+    assert [scope for name, scope in scopes.items() if name.startswith("const")] == ["global"]
+    assert scopes["x_layout_transform"] == "global.texture-weight"
 
 
 def test_a_tuning_file_of_another_model_or_target_is_refused(two_convs_set):

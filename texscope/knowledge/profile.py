@@ -111,10 +111,13 @@ class CostProfile:
         prices = self.kernels.get(getattr(support, "cost_class", None))
         return prices.write_gain.value if prices is not None else support.texture_write_gain
 
-    def with_gains(self, read: float, write: float, source: str) -> "CostProfile":
+    def with_gains(self, read: float, write: float, source: str,
+                   weight_read: float | None = None) -> "CostProfile":
         """This profile with every kernel class priced ``read`` / ``write``
-        (a bench uses it to put every eligible tensor in a texture)."""
-        prices = KernelPrices(Price(read, source), Price(write, source), Price(read, source))
+        (a bench uses it to put every eligible tensor in a texture), a
+        weight's read ``weight_read`` (by default ``read``)."""
+        weight = read if weight_read is None else weight_read
+        prices = KernelPrices(Price(read, source), Price(write, source), Price(weight, source))
         return attrs.evolve(self, kernels={name: prices for name in self.kernels},
                             origin=f"{self.origin} ({source})")
 

@@ -90,8 +90,13 @@ def kernels_target(target) -> dict:
 
 def plan_profiles(texture):
     """The profiles whose plans ``texscope tune`` covers: the target's,
-    every eligible tensor in a texture, none."""
-    return {"profile": texture.profile, **cost_profile.extreme_profiles(texture.profile)}
+    every eligible tensor in a texture, none, and every eligible map in a
+    texture with the weights in buffers (a kernel of many operands gets the
+    combinations of these plans, not every one: docs/tuning.md)."""
+    maps = texture.profile.with_gains(EVERYWHERE, EVERYWHERE, "every eligible map a texture, "
+                                      "the weights in buffers", weight_read=-EVERYWHERE)
+    return {"profile": texture.profile, **cost_profile.extreme_profiles(texture.profile),
+            "maps-in-textures": maps}
 
 
 def _bindings(func: relax.Function):

@@ -1,9 +1,10 @@
 """Build a model's tuning set: its kernels in every storage the planner could give them.
 
 ``texscope tune MODEL --target T -o DIR`` (TVM needed) plans and fuses the
-model three times (the target's cost profile, every eligible tensor in a
-texture, none), as :func:`texscope.build` does, and collects the fused
-kernels.  A kernel is known by its PrimFunc with every parameter a global
+model four times (:func:`texscope.backend.tuning.measured.plan_profiles`: the
+target's cost profile, every eligible tensor in a texture, none, the maps in
+textures and the weights in buffers), as :func:`texscope.build` does, and
+collects the fused kernels.  A kernel is known by its PrimFunc with every parameter a global
 buffer (:func:`texscope.backend.schedules.scope_variants.plain`), hashed: the same
 computation wherever it is called, whatever its operands' storages.  Its
 variants are every combination of the storages seen for each tensor
