@@ -285,6 +285,7 @@ def measure(directory: Path, device, runs: int) -> dict:
             seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
             ok = agreement(done[0].outputs, expected).ok
             rows[label] = {"run": done[0], "seconds": seconds, "ok": ok,
+                           "times": rp.median_times(timed),
                            "predicted": meta["predicted_s"].get(label),
                            "digest": program_digest(root / folder(
                                "all buffer" if label == AGAIN else label))}
@@ -293,6 +294,41 @@ def measure(directory: Path, device, runs: int) -> dict:
                                 "untuned": meta.get("untuned_calls", 0)}
         print(f"  {meta['model']}: ran", flush=True)
     return found
+
+
+def moved(builds: dict, gains: int = 3, losses: int = 2) -> tuple[str, list]:
+    """The better extreme, and the commands of the tuned build whose median
+    time moved most against it (matched by binding): the ``gains`` that
+    gained most and the ``losses`` that lost most, as (binding, kernel,
+    tuned seconds, extreme seconds)."""
+    extreme = min(("all texture", "all buffer"), key=lambda label: builds[label]["seconds"])
+    theirs = {}
+    for timed in builds[extreme]["times"]:
+        theirs.setdefault(timed.binding, timed.seconds)
+    pairs = sorted(((t.binding, t.kernel, t.seconds, theirs[t.binding])
+                    for t in builds["tuned"]["times"] if t.binding in theirs),
+                   key=lambda row: row[2] - row[3])
+    gained = [row for row in pairs[:gains] if row[2] < row[3]]
+    lost = [row for row in pairs[::-1][:losses] if row[2] > row[3]]
+    return extreme, gained + lost
+
+
+def moved_table(found: dict) -> list[str]:
+    """Per model whose tuned program is its own, the kernels that moved most."""
+    rows = []
+    for name, entry in found.items():
+        builds = entry["rows"]
+        if "times" not in builds["tuned"] or same_program_as(builds).get("tuned"):
+            continue
+        extreme, commands = moved(builds)
+        rows += [(name, extreme, binding, kernel, f"{mine * 1e6:.1f}", f"{theirs * 1e6:.1f}",
+                  f"{(mine - theirs) * 1e6:+.1f}") for binding, kernel, mine, theirs in commands]
+    if not rows:
+        return []
+    return ["Where the tuned program is its own: the commands that gained and lost most "
+            "against the better extreme (median per command, us):", "",
+            *markdown_table(("model", "extreme", "binding", "kernel", "tuned us", "extreme us",
+                             "difference us"), rows), ""]
 
 
 def table(found: dict) -> list[str]:
@@ -315,7 +351,8 @@ def table(found: dict) -> list[str]:
     lines = markdown_table(header, rows)
     noise, band = noise_summary(found)
     lines += ["", "`(= all buffer)`: the build runs the very same program (plan and "
-              "kernels) as that extreme.", "", *noise, "", *verdicts(found, band), ""]
+              "kernels) as that extreme.", "", *noise, "", *verdicts(found, band), "",
+              *moved_table(found)]
     lines += [f"Predicted (tuning file's kernel and copy times) against measured, over "
               f"{len(pairs)} builds: Pearson r = {pearson(pairs):+.3f}, Spearman rho = "
               f"{spearman(pairs):+.3f}.", ""]

@@ -175,6 +175,8 @@ def test_the_tuned_bench_runs_its_four_steps_on_pocl(tmp_path):
 def test_the_tuned_table_says_which_builds_run_the_same_program(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
+    from texscope.opencl.session import KernelTime
+
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import tuned
 
@@ -186,7 +188,13 @@ def test_the_tuned_table_says_which_builds_run_the_same_program(tmp_path, monkey
         (tmp_path / name / "kernels.cl").write_text(text)
 
     def model(milliseconds: dict) -> dict:
+        # Three commands; in the tuned build the conv gains, the pad loses.
         rows = {label: {"run": SimpleNamespace(launches=3, images=0, copies=0),
+                        "times": (KernelTime("lv1", "pad_kernel", 1e-6 * (2 if label == "tuned"
+                                                                         else 1)),
+                                  KernelTime("lv2", "conv_kernel", 1e-6 * (5 if label == "tuned"
+                                                                          else 9)),
+                                  KernelTime("lv3", "add_kernel", 1e-6)),
                         "seconds": value / 1e3, "ok": True, "predicted": value / 1e3,
                         "digest": tuned.program_digest(tmp_path / tuned.folder(
                             "all buffer" if label == tuned.AGAIN else label))}
@@ -203,6 +211,12 @@ def test_the_tuned_table_says_which_builds_run_the_same_program(tmp_path, monkey
     assert "| faster | tuned | 0.900 | 0.900 | 3 | 0 | 0 | 0.900 | yes |" in lines
     assert ("Noise band: `all buffer (again)` against `all buffer`, the same program replayed "
             "as a build of its own: 2.5% apart in the median model, 4.0% at most (same).") in lines
+    # Only the model whose tuned program is its own lists the kernels that
+    # moved: the conv that gained, then the pad that lost (the add did not move).
+    moved = [line for line in lines if line.count(" | ") == 6 and not line.startswith("| model")
+             and not line.startswith("|---")]
+    assert moved == ["| faster | all buffer | lv2 | conv_kernel | 5.0 | 9.0 | -4.0 |",
+                     "| faster | all buffer | lv1 | pad_kernel | 2.0 | 1.0 | +1.0 |"]
     assert ("Tuned plan against the better extreme: the very same program on 1 models (same); "
             "at most 0.95x on 1 (faster 0.900); otherwise within 1.00x plus the noise band on 0 "
             "(none); beyond it on 0 (none).") in lines
