@@ -95,6 +95,11 @@ def same_program_as(builds: dict) -> dict:
             for label, row in builds.items() if label not in (*extremes, AGAIN)}
 
 
+def better_extreme(builds: dict) -> str:
+    """The faster of the all-texture and all-buffer builds."""
+    return min(("all texture", "all buffer"), key=lambda label: builds[label]["seconds"])
+
+
 def noise_summary(found: dict) -> tuple[list[str], float]:
     """The same program replayed as two builds, per model: the lines saying
     how far apart, and the largest relative difference."""
@@ -112,8 +117,7 @@ def verdicts(found: dict, band: float) -> list[str]:
     same, within, faster, slower = [], [], [], []
     for name, entry in found.items():
         builds = entry["rows"]
-        floor = min(builds["all texture"]["seconds"], builds["all buffer"]["seconds"])
-        ratio = builds["tuned"]["seconds"] / floor
+        ratio = builds["tuned"]["seconds"] / builds[better_extreme(builds)]["seconds"]
         if same_program_as(builds).get("tuned"):
             same.append(name)
         elif ratio <= 0.95:
@@ -301,7 +305,7 @@ def moved(builds: dict, gains: int = 3, losses: int = 2) -> tuple[str, list]:
     time moved most against it (matched by binding): the ``gains`` that
     gained most and the ``losses`` that lost most, as (binding, kernel,
     tuned seconds, extreme seconds)."""
-    extreme = min(("all texture", "all buffer"), key=lambda label: builds[label]["seconds"])
+    extreme = better_extreme(builds)
     theirs = {}
     for timed in builds[extreme]["times"]:
         theirs.setdefault(timed.binding, timed.seconds)
@@ -337,7 +341,7 @@ def table(found: dict) -> list[str]:
     rows, pairs = [], []
     for name, entry in found.items():
         builds = entry["rows"]
-        floor = min(builds["all texture"]["seconds"], builds["all buffer"]["seconds"])
+        floor = builds[better_extreme(builds)]["seconds"]
         same = same_program_as(builds)
         for label, row in builds.items():
             run = row["run"]

@@ -228,8 +228,6 @@ class Names:
                               for first in self._options(base)
                               if first in self.graph.producers
                               and index < len(self.graph.producer(first)[0].outputs))
-            elif name in self.by_name:
-                found = (self.by_name[name],)
         elif name.startswith("=") and name.endswith(")"):
             found = self._sites(name)
         self.option_cache[name] = found

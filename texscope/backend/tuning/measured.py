@@ -64,7 +64,8 @@ def _with_preset_limits(target: tvm.target.Target) -> tvm.target.Target:
     """``target`` with the texture limits of its device's preset (a build
     fitted to a device's smaller images binds the same kernels to a target of
     other limits: BindTarget puts it into every PrimFunc)."""
-    if target.kind.name not in TEXTURE_KINDS or "texture_spatial_limit" not in target.attrs:
+    if target.kind.name not in TEXTURE_KINDS \
+            or any(limit not in target.attrs for limit in _TEXTURE_LIMITS):
         return target
     preset = preset_of(target)
     if tuple(int(target.attrs[limit]) for limit in _TEXTURE_LIMITS) \
@@ -78,14 +79,10 @@ def target_label(target) -> str:
     return str(texture_target(target).target)
 
 
-def kernels_target(target) -> dict:
-    """What a target's kernels are built from: its description without the
-    texture limits, which only say which tensors may be images."""
-    described = dict(texture_target(target).target.export())
-    described.pop("host", None)
-    for limit in _TEXTURE_LIMITS:
-        described.pop(limit, None)
-    return described
+def kernels_target(target) -> str:
+    """What a target's kernels are built for: its description with its
+    preset's texture limits, which only say which tensors may be images."""
+    return str(_with_preset_limits(texture_target(target).target))
 
 
 def plan_profiles(texture):
