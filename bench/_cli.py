@@ -111,6 +111,51 @@ def add_device_options(parser: argparse.ArgumentParser, target: bool = True) -> 
                             help="the target preset the builds are for")
 
 
+def add_preset_options(parser: argparse.ArgumentParser) -> None:
+    """``--preset-option NAME=VALUE`` (repeatable): a field of the target's
+    :class:`~texscope.knowledge.targets.TexturePreset` set for this export
+    (:func:`apply_preset_options`), to measure a schedule choice."""
+    parser.add_argument("--preset-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="set a field of the target preset for the builds "
+                             "(conv_texels_ahead=4, conv_exact_texels=false, ...)")
+
+
+def apply_preset_options(target: str, options: list[str]) -> None:
+    """Set ``options`` (``NAME=VALUE``: an int or true/false) on the preset
+    ``target`` names, for every build of this process.
+
+    Raises
+    ------
+    TexscopeError
+        An unknown field, or a value of the wrong type."""
+    import attrs  # pylint: disable=import-outside-toplevel
+
+    from texscope.errors import TexscopeError  # pylint: disable=import-outside-toplevel
+    from texscope.knowledge import targets  # pylint: disable=import-outside-toplevel
+
+    if not options:
+        return
+    preset = targets.preset_of(targets.texture_target(target).target)
+    fields = {field.name: field for field in attrs.fields(type(preset))}
+    changes = {}
+    for option in options:
+        name, _, text = option.partition("=")
+        current = getattr(preset, name, None)
+        if name not in fields or not isinstance(current, (bool, int)):
+            raise TexscopeError(f"--preset-option {option}: {preset.name} has no integer or "
+                             f"boolean field {name!r}")
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false"):
+                raise TexscopeError(f"--preset-option {option}: {name} is true or false")
+            changes[name] = text.lower() == "true"
+        else:
+            try:
+                changes[name] = int(text)
+            except ValueError:
+                raise TexscopeError(f"--preset-option {option}: {name} is an integer") from None
+    targets.PRESETS[preset.name] = attrs.evolve(preset, **changes)
+
+
 def replay_parser(doc: str, positional: str, help_text: str, export_help: str | None = None,
                   replay_help: str | None = None, target: bool = True,
                   ) -> argparse.ArgumentParser:

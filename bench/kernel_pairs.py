@@ -31,6 +31,10 @@ Build here, replay where the GPU is (no TVM there):
     python bench/kernel_pairs.py --export DIR [model ...]
     python bench/kernel_pairs.py --replay DIR [--device N] [--repeat R] [--markdown] [model ...]
 
+``--preset-option NAME=VALUE`` (repeatable) exports builds with a field
+of the target's preset set (``conv_texels_ahead=4``): a schedule choice
+measured before a preset makes it its own; the replay's heading names it.
+
 Models: MediaPipe's (texscope's corpus), the zoo's networks as ``zoo/NAME``,
 ``.tflite`` files by path; all of the corpus and zoo by default.  Without
 ``--export``/``--replay`` it exports into a temporary folder and replays
@@ -52,8 +56,8 @@ from texscope.opencl.memory import image_extent
 from texscope.opencl.plan import KernelStep, TensorArg
 from texscope.opencl.source import pick_device
 import opencl_run
-from _cli import (Recorded, built_at, chosen_models, device_line, markdown_table, replay_folder,
-                  replay_parser)
+from _cli import (Recorded, add_preset_options, apply_preset_options, built_at, chosen_models,
+                  device_line, export_meta, markdown_table, replay_folder, replay_parser)
 
 KINDS = ("1x1 conv", "kxk conv", "depthwise", "pool", "layout", "reduction", "element-wise")
 CONV_KINDS = KINDS[:3]
@@ -196,6 +200,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=9)
     p.add_argument("--top", type=int, default=15, help="kernels listed that lose most")
     p.add_argument("--json", metavar="FILE", help="write every pair here")
+    add_preset_options(p)
     args = p.parse_args(argv)
     try:
         if args.replay:
@@ -204,19 +209,25 @@ def main(argv=None) -> int:
                 root, [m.replace("/", "_") for m in args.models]), args)
         loaders = chosen_models(p, args.models, {name: functools.partial(opencl_run.network, name)
                                                  for name in opencl_run.NETWORKS})
+        apply_preset_options(args.target, args.preset_option)
+        target = " ".join([args.target, *args.preset_option])
         if args.export:
-            export(Path(args.export), loaders, args.target)
+            export(Path(args.export), loaders, target)
             return 0
         with tempfile.TemporaryDirectory() as tmp:
-            export(Path(tmp), loaders, args.target)
+            export(Path(tmp), loaders, target)
             return _replay(Path(tmp), list(loaders), args)
     except TexscopeError as err:
         p.error(str(err))
 
 
 def export(directory: Path, loaders: dict, target: str) -> None:
+    """``opencl_run.export``'s builds; ``target``: the preset's name, then
+    any ``--preset-option`` set (what the export's meta records)."""
     opencl_run.export(directory, {name.replace("/", "_"): load
-                                  for name, load in loaders.items()}, target)
+                                  for name, load in loaders.items()}, target.split()[0])
+    if " " in target:
+        export_meta(directory, target)
 
 
 def _replay(directory: Path, names, args) -> int:

@@ -128,6 +128,28 @@ def test_kernel_pairs_times_every_kernel_both_ways_after_an_export(tmp_path):
     assert row in section and section.endswith("<!-- /bench:kernel_pairs.py -->\n")
 
 
+def test_kernel_pairs_exports_with_a_preset_option_set(tmp_path):
+    """``--preset-option`` builds with a preset field set (here the nvidia
+    preset's fetching ahead turned off: the texture build's convs change,
+    the buffer build's do not), and the export's meta says so; an unknown
+    field is refused in one line, exit 2, nothing written."""
+    for name, options in (("default", ()), ("one", ("--preset-option", "conv_texels_ahead=1"))):
+        _bench("kernel_pairs.py", "--export", tmp_path / name, "--target", "nvidia-opencl",
+               *options, "zoo/inception")
+    kernels = {name: {b: (tmp_path / name / "zoo_inception" / b / "kernels.cl").read_text()
+                      for b in ("textures", "buffers")} for name in ("default", "one")}
+    assert kernels["default"]["buffers"] == kernels["one"]["buffers"]
+    assert kernels["default"]["textures"] != kernels["one"]["textures"]
+    metas = [json.loads((tmp_path / name / "meta.json").read_text())["target"]
+             for name in ("default", "one")]
+    assert metas == ["nvidia-opencl", "nvidia-opencl conv_texels_ahead=1"]
+    done = _bench("kernel_pairs.py", "--export", tmp_path / "bad", "--target", "nvidia-opencl",
+                  "--preset-option", "texels=3", "zoo/inception", check=False)
+    assert done.returncode == 2 and not (tmp_path / "bad").exists()
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "--preset-option texels=3: nvidia has no integer or boolean field 'texels'")
+
+
 def test_fuzz_replay_replays_the_drawn_modules_and_names_a_mismatch(tmp_path):
     _bench("fuzz_replay.py", "--export", tmp_path / "fuzz", "--count", "3")
     recipes = json.loads((tmp_path / "fuzz" / "recipes.json").read_text())

@@ -306,6 +306,86 @@ def test_the_nvidia_preset_gives_each_thread_one_output_channel_block():
     assert threads["nvidia-opencl"] == 8 * threads["adreno-opencl"]
 
 
+def _grouped_conv(channels: int, size: int, kernel: int, groups: int, cout: int | None = None):
+    """x -> conv2d (same padding) with a constant weight of 1/sqrt(fan-in) scale."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    cout = cout or channels
+    fan_in = channels // groups * kernel * kernel
+    weight = np.random.default_rng(1).normal(0, fan_in ** -0.5,
+                                             (cout, channels // groups, kernel, kernel))
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, channels, size, size), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            conv = relax.op.nn.conv2d(x, relax.const(weight.astype("float32")),
+                                      padding=kernel // 2, groups=groups)
+            out = bb.emit_output(bb.emit(conv))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _conv_input_registers(result) -> int:
+    """Floats of the register cache the (one) conv kernel of a build reads
+    its input into: the conv's input cache, not its accumulators."""
+    import re  # pylint: disable=import-outside-toplevel
+
+    kernels = [body for body in re.findall(r"__kernel void \w*conv2d\w*\([^)]*\) \{\n(.*?)\n\}",
+                                           result.opencl_source, re.S)
+               if re.search(r"float conv2d_NCHWc\w*_local_ptr\[", body)]  # not a padding kernel
+    assert len(kernels) == 1
+    arrays = dict(re.findall(r"float (\w+)_ptr\[(\d+)\];", kernels[0]))
+    inputs = [int(n) for name, n in arrays.items() if not name.startswith("conv2d_NCHWc")]
+    assert len(inputs) == 1, arrays
+    return inputs[0]
+
+
+_BUFFERS_ONLY = {"texture_spatial_limit": 1, "texture_depth_limit": 1}
+
+
+@pytest.mark.parametrize("case, adreno, nvidia_buffers, nvidia_images", [
+    # 16 channel blocks: 16 texels ahead from an image, one from a buffer.
+    ((64, 8, 1, 1), 4, 4, 64),
+    # 10 blocks: the largest divisor of 10 up to 16, all of them.
+    ((40, 8, 1, 1), 4, 4, 40),
+    # 3x3: all 9 taps ahead.
+    ((16, 8, 3, 1), 4, 4, 36),
+    # Depthwise 3x3: one texel a tap (TVM's rule two, for each of its 8
+    # virtual threads on Adreno), all 9 ahead.
+    ((16, 8, 3, 16), 64, 4, 36),
+    # Depthwise 5x5: 25 taps are over 16, a row of 5 ahead.
+    ((16, 8, 5, 16), 64, 4, 20),
+])
+def test_a_conv_reading_an_image_fetches_texels_ahead_on_the_nvidia_preset(
+        case, adreno, nvidia_buffers, nvidia_images):
+    """The ``nvidia`` preset's conv reading its input from an image fetches
+    up to 16 texels before it sums them (``conv_texels_ahead``): channel
+    blocks of a 1x1 conv, taps of a larger one; from a buffer one at a
+    time, as TVM's rule.  A depthwise conv reads one texel a tap there
+    (``conv_exact_texels``), TVM's rule (Adreno) two.  The register cache
+    the conv reads its input into, in floats, and the CPU's numbers."""
+    from test_opencl_run import assert_close  # pylint: disable=import-outside-toplevel
+
+    mod = _grouped_conv(*case)
+    inputs = verify.random_inputs(mod)
+    expected = verify.reference_outputs(mod, inputs)
+    nvidia = opencl.device_target(base="nvidia-opencl")
+    builds = {"adreno": (opencl.device_target(base="adreno-opencl"), adreno),
+              "nvidia, buffers": (dict(nvidia, **_BUFFERS_ONLY), nvidia_buffers),
+              "nvidia, images": (nvidia, nvidia_images)}
+    for name, (target, floats) in builds.items():
+        result = texscope.build(mod, target)
+        assert (name, _conv_input_registers(result)) == (name, floats)
+        assert_close(opencl.run(result, inputs), expected)
+
+
+@pytest.mark.parametrize("extent, ahead, split", [
+    (16, 16, 16), (64, 16, 16), (10, 16, 10), (12, 8, 6), (7, 4, 1), (32, 1, 1), (1, 16, 1)])
+def test_texels_ahead_split_divides_the_reduction(extent, ahead, split):
+    assert conv_schedule.texels_ahead_split(tvm.tirx.IntImm("int64", extent), ahead) == split
+
+
 def test_a_pool_writing_a_buffer_gets_a_thread_per_texel(mediapipe):
     """hand_recrop's pools (three fused with a channel pad) writing buffers:
     one thread per output texel and one vector store, as when they write

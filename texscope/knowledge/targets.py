@@ -48,6 +48,17 @@ class TexturePreset:
         as virtual threads: TVM's Adreno rule's 8 keeps a phone's few
         threads busy; a GPU of many more threads than a phone model's maps
         have pixels wants fewer per thread, and more threads.
+    conv_texels_ahead : int
+        Input texels a packed conv reading an image fetches, a thread,
+        before it sums their products (unrolled): of that many channel
+        blocks in a 1x1 conv, of a row of taps or all of them in a larger
+        one.  TVM's rule's 1 waits for each fetch in turn; more keep
+        several in flight, which hides a texture fetch's latency where too
+        few threads run to hide it.  A conv reading a buffer keeps 1.
+    conv_exact_texels : bool
+        Whether a conv reducing fewer than 4 input channels a group (a
+        depthwise conv's one) reads that many (one texel a tap) rather
+        than TVM's rule's split by 4 (two texels a tap, one unread).
     texel_dtypes : frozenset of str
         Element types a texel may hold (RGBA float or half).
     default_profile : str
@@ -63,6 +74,8 @@ class TexturePreset:
     map_flavours: tuple[str, ...] | None = None
     depthwise_padding_in_registers: bool = False
     conv_channel_blocks: int = 8
+    conv_texels_ahead: int = 1
+    conv_exact_texels: bool = False
     texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
     default_profile: str = "adreno"
 
@@ -80,11 +93,16 @@ MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_prof
 # models' kernel time fell to 0.33-0.51x from buffers and 0.43-0.63x from
 # textures (bench/kernel_pairs.py, docs/benchmarks.md).  Its profile reads
 # weights from buffers (profiles/nvidia.json says why).  The kernels are
-# the Adreno target's otherwise (its keys, its schedules).
+# the Adreno target's otherwise (its keys, its schedules), but that a conv
+# reading an image fetches up to 16 texels before summing them, and a
+# depthwise conv reads one texel a tap, not two: six MediaPipe models'
+# texture builds 0.92x, their buffer builds 0.97x (kernel time, H200,
+# bench/kernel_pairs.py; docs/benchmarks.md).
 NVIDIA = TexturePreset("nvidia", spatial_limit=32768, depth_limit=2048,
                        map_flavours=("global.texture", "global.texture-nhwc",
                                      "global.texture-weight"),
                        depthwise_padding_in_registers=True, conv_channel_blocks=1,
+                       conv_texels_ahead=16, conv_exact_texels=True,
                        default_profile="nvidia")
 PRESETS = {p.name: p for p in (ADRENO, MALI, NVIDIA)}
 

@@ -62,6 +62,28 @@ H200 (NVIDIA's OpenCL, driver 580.159.04, ``bench/vs_litert.py``, medians
 of 50, median of 3 rounds) fell 0 to 16% on nine models (hand_landmark_lite
 3.49 to 3.00 ms, palm_detection_full 3.63 to 3.06, face_landmark 1.54 to
 1.44), with the same outputs: the ``nvidia`` preset pads them in registers.
+
+TVM's rule splits the input channels by a texel's 4 even where a group
+reduces fewer: a depthwise conv's one.  Its register cache then spans two
+texels a tap, one of them never read (``if (ic_1 < 1)``), and each tap
+fetches both.  With ``exact_texels`` the split is the reduction's own
+extent: one texel a tap, no guard.
+
+Each step of TVM's rule's reduction fetches one input texel and then
+sums its products, so a thread waits out every fetch in turn.  Phone
+models' convs run too few threads to fill a big GPU (palm_detection_full's
+12 x 12 x 256 1x1 convs: 288 warps of 32 threads on the H200's 132
+multiprocessors), so nothing else hides that wait, and a texture fetch waits longer than a buffer load.  With
+``texels_ahead`` a conv reading an image fetches that many texels (of a
+1x1 conv's next channel blocks, else a row of taps or every tap) before
+the first sum, unrolled.  Six MediaPipe models on an H200 (NVIDIA's
+OpenCL, ``bench/kernel_pairs.py``, kernel time summed): texture builds
+6.49 ms with TVM's rule, 6.37 with one texel a tap, 6.32, 6.39, 6.06 and
+5.95 fetching 2, 4, 9 and 16 texels ahead; buffer builds 4.69, then 4.50
+with one texel a tap, 4.54-4.55 fetching ahead (no gain: the ``nvidia``
+preset fetches ahead from images only).  The texture builds stay 1.14 to
+1.55x their buffer builds' time: what else a texture costs there is not
+the fetch's latency (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -69,6 +91,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import analysis
 
+from ...knowledge.scopes import is_texture_scope
 from .cache_bounds import compute_at_bounded, reverse_compute_at_bounded
 from .fallback import inline_blocks, schedule_default
 from .guards import append_guards, split_unguarded, substituted
@@ -112,14 +135,36 @@ def register_padding(sch: s_tir.Schedule, conv, depthwise: bool = False):
     return None
 
 
+def texel_split(extent) -> int:
+    """Input channels a step of the reduction reads, as one texel: TVM's
+    rule's 4, or fewer where the conv reduces fewer (a depthwise conv's one:
+    split by 4, its register cache spans two texels, one of them unread)."""
+    if isinstance(extent, tirx.IntImm) and int(extent) < 4:
+        return int(extent)
+    return 4
+
+
+def texels_ahead_split(extent, ahead: int) -> int:
+    """Texels of input channels fetched before their products are summed:
+    the largest divisor of ``extent`` (the reduction's texel steps) up to
+    ``ahead``, so that the split leaves no remainder to guard."""
+    if ahead <= 1 or not isinstance(extent, tirx.IntImm):
+        return 1
+    return next(d for d in range(min(ahead, int(extent)), 0, -1) if int(extent) % d == 0)
+
+
 def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
-                        channel_blocks: int = 8) -> None:
+                        channel_blocks: int = 8, texels_ahead: int = 1,
+                        exact_texels: bool = False) -> None:
     """The Adreno rule's conv schedule: output channels over blocks and
     ``channel_blocks`` virtual threads (the rule's 8), rows and columns over
     up to 16 x 16 threads (:func:`spatial_tile`), input channels by texels,
     the input texel and the accumulators in registers; ``padding``
     (:func:`register_padding`), where given, computes the input texel in
-    registers."""
+    registers.  ``texels_ahead`` texels are fetched before their products
+    are summed (:func:`texels_ahead_split`: channel blocks of a 1x1 conv; a
+    row of taps, or every tap, of a larger one); ``exact_texels`` splits a
+    reduction of fewer than 4 channels by its extent (:func:`texel_split`)."""
     n, oc, oh, ow, ob, ic, kh, kw = sch.get_loops(block)
     (bz, vz, tz), channels = split_unguarded(sch, oc, [None, channel_blocks, 1])
     (by, vy, ty), rows = split_unguarded(sch, oh, [None, 1, spatial_tile(sch.get(oh).extent)])
@@ -140,10 +185,36 @@ def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
     else:
         sch.set_scope(padding, 0, "local")
         read = padding
-    (ico, icb), texels = split_unguarded(sch, ic, [None, 4])
-    sch.reorder(ico, kh, kw, icb, ob)
-    compute_at_bounded(sch, read, kw, block)
+    lanes = texel_split(sch.get(ic).extent) if exact_texels else 4
+    (ico, icb), texels = split_unguarded(sch, ic, [None, lanes])
+    taps = [sch.get(loop).extent for loop in (kh, kw)]
+    ahead = texels_ahead_split(sch.get(ico).extent, texels_ahead) if taps == [1, 1] else 1
+    unrolled = []
+    if ahead > 1:
+        ico, ico_ahead = sch.split(ico, [None, ahead], preserve_unit_iters=True)
+        sch.reorder(ico, kh, kw, ico_ahead, icb, ob)
+        unrolled = [ico_ahead]
+    else:
+        sch.reorder(ico, kh, kw, icb, ob)
+    fetch_at = kw
+    if ahead == 1 and texels_ahead > 1 and all(isinstance(t, tirx.IntImm) for t in taps):
+        # A conv of several taps fetches a row of them (or all) ahead.
+        tap_rows, tap_columns = (int(t) for t in taps)
+        if tap_rows * tap_columns <= texels_ahead:
+            fetch_at, unrolled = ico, [kh, kw]
+        elif tap_columns <= texels_ahead:
+            fetch_at, unrolled = kh, [kw]
+    compute_at_bounded(sch, read, fetch_at, block)
     sch.vectorize(sch.get_loops(read)[-1])
+    if unrolled:
+        # Every fetch of the step is issued before the first product needs
+        # one: unrolled loops of loads, then unrolled loops of sums.
+        loops = sch.get_loops(read)
+        depth = next(i for i, loop in enumerate(loops)
+                     if sch.get(loop).same_as(sch.get(fetch_at)))
+        fetched = loops[depth + 1:-1]
+        for loop in [*fetched, *unrolled]:
+            sch.unroll(loop)
     # Written unguarded, the conv sizes its register cache by its whole tile
     # grid, so that no bound fails; the cache gets the output's size back.
     write = sch.cache_write(block, 0, "local")
@@ -157,12 +228,16 @@ def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
 
 
 def schedule_packed_conv(sch: s_tir.Schedule, depthwise_padding: bool = False,
-                         channel_blocks: int = 8) -> s_tir.Schedule | None:
+                         channel_blocks: int = 8, texels_ahead: int = 1,
+                         exact_texels: bool = False) -> s_tir.Schedule | None:
     """What TVM's Adreno ``Conv2d`` rule makes of a kernel: None unless its
     only reduction block is a packed conv; else the conv scheduled (its
     padding in registers where :func:`register_padding` finds it, a
     depthwise conv's too with ``depthwise_padding``; ``channel_blocks``
-    output channel blocks a thread), the other blocks
+    output channel blocks a thread; ``texels_ahead`` input texels fetched
+    before they are summed where the input is an image, ``exact_texels``
+    for a conv reducing fewer than 4 channels a group: see
+    :class:`texscope.knowledge.targets.TexturePreset`), the other blocks
     inlined where they can be and the rest given the default schedule."""
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     reductions = [b for b in blocks if analysis.get_sblock_info(sch, b).is_reduction()]
@@ -171,7 +246,12 @@ def schedule_packed_conv(sch: s_tir.Schedule, depthwise_padding: bool = False,
     padding = register_padding(sch, reductions[0], depthwise_padding)
     padding_name = sch.get(padding).name_hint if padding is not None else None
     others = [b for b in blocks if b not in reductions and sch.get(b).name_hint != padding_name]
-    schedule_conv_block(sch, reductions[0], padding, channel_blocks)
+    # The texture unit's latency is what fetching ahead hides; from a
+    # buffer it bought nothing measurable (docs/benchmarks.md).
+    from_image = is_texture_scope(sch.get(padding if padding is not None else reductions[0])
+                                  .reads[0].source.scope())
+    schedule_conv_block(sch, reductions[0], padding, channel_blocks,
+                        texels_ahead if from_image else 1, exact_texels)
     for other in inline_blocks(sch, others):
         schedule_default(sch, other)
     return sch

@@ -294,7 +294,9 @@ class EpilogueConv2d(dlight.ScheduleRule):
                     pass
         preset = preset_of(target)
         return schedule_packed_conv(sch, depthwise_padding=preset.depthwise_padding_in_registers,
-                                    channel_blocks=preset.conv_channel_blocks)
+                                    channel_blocks=preset.conv_channel_blocks,
+                                    texels_ahead=preset.conv_texels_ahead,
+                                    exact_texels=preset.conv_exact_texels)
 
 
 class PackedLayoutTransform(dlight.ScheduleRule):
