@@ -1,0 +1,172 @@
+"""What a texel fetch costs against a buffer load, on one OpenCL device.
+
+A packed map ``[1, L, H, W, 4]`` read the way a 1x1 conv's thread reads its
+input (one thread a pixel, every channel block in turn) and summed, one
+kernel per storage and schedule:
+
+- ``buffer``: float4 loads, one after the other; ``buffer, N ahead``: N
+  loads issued before their sum (the ``nvidia`` preset's ``conv_texels_ahead``);
+- ``image``: ``read_imagef`` from an ``image2d_array_t`` (RGBA float) the
+  same way, and ``image, N ahead``;
+- ``image, N ahead, image out``: the sum written to an image, not a buffer.
+
+Each kernel's median time over ``--repeat`` runs (OpenCL profiling events),
+and its ratio to ``buffer``.  The data stays in the device's caches between
+runs: what is measured is the wait for each fetch (the latency a phone
+model's few threads cannot hide), not memory bandwidth.  Run where the GPU
+is (numpy and pyopencl only):
+
+    python bench/texel_fetch.py [WxHxL ...] [--device N] [--ahead N] [--markdown]
+
+Map sizes default to 12x12x64, 24x24x64 and 64x64x64 (width, height,
+channel blocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import numpy as np
+
+from texscope.errors import TexscopeError
+from texscope.opencl.source import pick_device, pyopencl
+from _cli import Recorded, add_markdown_option, device_line, markdown_table
+
+SOURCE = r"""
+__constant sampler_t SMP = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;
+#define AT(l) (((l) * get_global_size(1) + get_global_id(1)) * get_global_size(0) + get_global_id(0))
+#define TEXEL(l) (int4)(get_global_id(0), get_global_id(1), (l), 0)
+
+__kernel void buffer(__global const float4* restrict in, __global float4* restrict out, int L) {
+  float4 sum = 0.0f;
+  for (int l = 0; l < L; ++l) sum += in[AT(l)];
+  out[AT(0)] = sum;
+}
+
+__kernel void buffer_ahead(__global const float4* restrict in, __global float4* restrict out, int L) {
+  float4 sum = 0.0f;
+  for (int l0 = 0; l0 < L; l0 += AHEAD) {
+    float4 v[AHEAD];
+#pragma unroll
+    for (int i = 0; i < AHEAD; ++i) v[i] = l0 + i < L ? in[AT(l0 + i)] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < AHEAD; ++i) sum += v[i];
+  }
+  out[AT(0)] = sum;
+}
+
+__kernel void image(__read_only image2d_array_t in, __global float4* restrict out, int L) {
+  float4 sum = 0.0f;
+  for (int l = 0; l < L; ++l) sum += read_imagef(in, SMP, TEXEL(l));
+  out[AT(0)] = sum;
+}
+
+#define IMAGE_AHEAD_SUM                                                       \
+  float4 sum = 0.0f;                                                          \
+  for (int l0 = 0; l0 < L; l0 += AHEAD) {                                     \
+    float4 v[AHEAD];                                                          \
+    _Pragma("unroll")                                                         \
+    for (int i = 0; i < AHEAD; ++i) v[i] = read_imagef(in, SMP, TEXEL(l0 + i)); \
+    _Pragma("unroll")                                                         \
+    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] : 0.0f;          \
+  }
+
+__kernel void image_ahead(__read_only image2d_array_t in, __global float4* restrict out, int L) {
+  IMAGE_AHEAD_SUM
+  out[AT(0)] = sum;
+}
+
+__kernel void image_ahead_image_out(__read_only image2d_array_t in,
+                                    __write_only image2d_array_t out, int L) {
+  IMAGE_AHEAD_SUM
+  write_imagef(out, TEXEL(0), sum);
+}
+"""
+
+#: (row title, kernel, input in an image, output in an image)
+VARIANTS = (("buffer", "buffer", False, False),
+            ("buffer, {n} ahead", "buffer_ahead", False, False),
+            ("image", "image", True, False),
+            ("image, {n} ahead", "image_ahead", True, False),
+            ("image, {n} ahead, image out", "image_ahead_image_out", True, True))
+DEFAULT_MAPS = ("12x12x64", "24x24x64", "64x64x64")
+
+
+def map_size(text: str) -> tuple[int, int, int]:
+    """``WxHxL`` as (width, height, channel blocks); a TexscopeError otherwise."""
+    parts = text.split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise TexscopeError(f"{text}: not a map size WxHxL (width, height, channel blocks)")
+    return tuple(int(p) for p in parts)
+
+
+def measure(device, size: tuple[int, int, int], ahead: int, repeat: int) -> list[tuple]:
+    """(title, seconds, matches the buffer kernel's sum) of each variant on one map."""
+    cl = pyopencl()
+    width, height, layers = size
+    context = cl.Context([device])
+    queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    program = cl.Program(context, SOURCE).build(options=f"-DAHEAD={ahead}")
+    texels = np.random.default_rng(0).random((layers, height, width, 4), dtype=np.float32)
+    flags, fmt = cl.mem_flags, cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT)
+    buffer_in = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=texels)
+    image_in = cl.create_image(context, flags.READ_ONLY, fmt, shape=(width, height, layers),
+                               is_array=True)
+    cl.enqueue_copy(queue, image_in, texels, origin=(0, 0, 0), region=(width, height, layers))
+    buffer_out = cl.Buffer(context, flags.READ_WRITE, width * height * 16)
+    image_out = cl.create_image(context, flags.READ_WRITE, fmt, shape=(width, height, 1),
+                                is_array=True)
+    expected = texels.sum(axis=0)
+    rows = []
+    for title, name, reads_image, writes_image in VARIANTS:
+        kernel = cl.Kernel(program, name)
+        out = image_out if writes_image else buffer_out
+        kernel.set_args(image_in if reads_image else buffer_in, out, np.int32(layers))
+        seconds = []
+        for _ in range(repeat + 3):  # the first three warm up
+            event = cl.enqueue_nd_range_kernel(queue, kernel, (width, height), None)
+            event.wait()
+            seconds.append((event.profile.end - event.profile.start) * 1e-9)
+        got = np.empty((height, width, 4), np.float32)
+        if writes_image:
+            cl.enqueue_copy(queue, got, out, origin=(0, 0, 0), region=(width, height, 1))
+        else:
+            cl.enqueue_copy(queue, got, out)
+        queue.finish()
+        rows.append((title.format(n=ahead), statistics.median(seconds[3:]),
+                     bool(np.allclose(got, expected, rtol=1e-5, atol=1e-5))))
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("maps", nargs="*", metavar="WxHxL",
+                        help=f"map sizes (default: {' '.join(DEFAULT_MAPS)})")
+    parser.add_argument("--device", type=int, help="OpenCL device index")
+    parser.add_argument("--ahead", type=int, default=16, help="texels fetched ahead (default 16)")
+    parser.add_argument("--repeat", type=int, default=25)
+    add_markdown_option(parser)
+    args = parser.parse_args(argv)
+    try:
+        sizes = [map_size(text) for text in args.maps or DEFAULT_MAPS]
+        if not 1 <= args.ahead <= 64:
+            raise TexscopeError(f"--ahead {args.ahead}: between 1 and 64")
+        device = pick_device(args.device)
+        measured = {size: measure(device, size, args.ahead, args.repeat) for size in sizes}
+    except TexscopeError as err:
+        parser.error(str(err))
+    with Recorded(args.markdown, "texel_fetch.py", device_line(device), raw=True):
+        rows = []
+        for (width, height, layers), found in measured.items():
+            base = found[0][1]
+            rows += [(f"{width}x{height}x{layers}", title, f"{seconds * 1e6:.2f}",
+                      f"{seconds / base:.2f}", "yes" if ok else "NO")
+                     for title, seconds, ok in found]
+        print("\n".join(markdown_table(("map", "kernel", "us", "to buffer", "right sum"), rows)))
+    return 0 if all(ok for found in measured.values() for *_, ok in found) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
