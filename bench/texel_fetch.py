@@ -5,7 +5,8 @@ input (one thread a pixel, every channel block in turn) and summed, one
 kernel per storage and schedule:
 
 - ``buffer``: float4 loads, one after the other; ``buffer, N ahead``: N
-  loads issued before their sum (the ``nvidia`` preset's ``conv_texels_ahead``);
+  loads issued before their sum (the ``nvidia`` preset's ``conv_texels_ahead``),
+  a load past the last channel block clamped to it as an image's layer is;
 - ``image``: ``read_imagef`` from an ``image2d_array_t`` (RGBA float) the
   same way, and ``image, N ahead``;
 - ``image, N ahead, image out``: the sum written to an image, not a buffer.
@@ -50,9 +51,9 @@ __kernel void buffer_ahead(__global const float4* restrict in, __global float4* 
   for (int l0 = 0; l0 < L; l0 += AHEAD) {
     float4 v[AHEAD];
 #pragma unroll
-    for (int i = 0; i < AHEAD; ++i) v[i] = l0 + i < L ? in[AT(l0 + i)] : 0.0f;
+    for (int i = 0; i < AHEAD; ++i) v[i] = in[AT(min(l0 + i, L - 1))];
 #pragma unroll
-    for (int i = 0; i < AHEAD; ++i) sum += v[i];
+    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] : 0.0f;
   }
   out[AT(0)] = sum;
 }
