@@ -11,13 +11,19 @@ kernel per storage and schedule:
   same way, and ``image, N ahead``;
 - ``image, N ahead, image out``: the sum written to an image, not a buffer.
 
+Then a chain of ``--chain`` kernels of a 1x1 conv's shape (a thread a
+pixel and output channel block, N texels ahead, weights from a buffer),
+each reading the map the one before wrote, two maps taking turns: in
+buffers, and in images (``chain: buffers``, ``chain: images``), the median
+kernel's time; the last map is checked against numpy.
+
 Each kernel's median time over ``--repeat`` runs (OpenCL profiling events),
-and its ratio to ``buffer``.  The data stays in the device's caches between
+and its ratio to ``buffer`` (a chain's images: to its buffers).  The data stays in the device's caches between
 runs: what is measured is the wait for each fetch (the latency a phone
 model's few threads cannot hide), not memory bandwidth.  Run where the GPU
 is (numpy and pyopencl only):
 
-    python bench/texel_fetch.py [WxHxL ...] [--device N] [--ahead N] [--markdown]
+    python bench/texel_fetch.py [WxHxL ...] [--device N] [--ahead N] [--chain K] [--markdown]
 
 Map sizes default to 12x12x64, 24x24x64 and 64x64x64 (width, height,
 channel blocks).
@@ -79,6 +85,37 @@ __kernel void image_ahead(__read_only image2d_array_t in, __global float4* restr
   out[AT(0)] = sum;
 }
 
+// A 1x1 conv's shape: every thread (x, y, c) sums its pixel's channel
+// blocks, weighted, into channel block c.
+__kernel void chain_buffer(__global const float4* restrict in, __global float4* restrict out,
+                           __global const float* restrict weight, int L) {
+  const int W = get_global_size(0), H = get_global_size(1);
+  const int x = get_global_id(0), y = get_global_id(1), c = get_global_id(2);
+  float4 sum = 0.0f;
+  for (int l0 = 0; l0 < L; l0 += AHEAD) {
+    float4 v[AHEAD];
+#pragma unroll
+    for (int i = 0; i < AHEAD; ++i) v[i] = in[(min(l0 + i, L - 1) * H + y) * W + x];
+#pragma unroll
+    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] * weight[l0 + i] : 0.0f;
+  }
+  out[(c * H + y) * W + x] = sum * (1.0f / L);
+}
+
+__kernel void chain_image(__read_only image2d_array_t in, __write_only image2d_array_t out,
+                          __global const float* restrict weight, int L) {
+  const int x = get_global_id(0), y = get_global_id(1), c = get_global_id(2);
+  float4 sum = 0.0f;
+  for (int l0 = 0; l0 < L; l0 += AHEAD) {
+    float4 v[AHEAD];
+#pragma unroll
+    for (int i = 0; i < AHEAD; ++i) v[i] = read_imagef(in, SMP, (int4)(x, y, l0 + i, 0));
+#pragma unroll
+    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] * weight[l0 + i] : 0.0f;
+  }
+  write_imagef(out, (int4)(x, y, c, 0), sum * (1.0f / L));
+}
+
 __kernel void image_ahead_image_out(__read_only image2d_array_t in,
                                     __write_only image2d_array_t out, int L) {
   IMAGE_AHEAD_SUM
@@ -103,7 +140,8 @@ def map_size(text: str) -> tuple[int, int, int]:
     return tuple(int(p) for p in parts)
 
 
-def measure(device, size: tuple[int, int, int], ahead: int, repeat: int) -> list[tuple]:
+def measure(device, size: tuple[int, int, int], ahead: int, repeat: int,
+            chain_length: int) -> list[tuple]:
     """(title, seconds, matches the buffer kernel's sum) of each variant on one map."""
     cl = pyopencl()
     width, height, layers = size
@@ -138,6 +176,59 @@ def measure(device, size: tuple[int, int, int], ahead: int, repeat: int) -> list
         queue.finish()
         rows.append((title.format(n=ahead), statistics.median(seconds[3:]),
                      bool(np.allclose(got, expected, rtol=1e-5, atol=1e-5))))
+    rows += chain(cl, context, queue, program, size, chain_length, repeat)
+    return rows
+
+
+def chain(cl, context, queue, program, size, length: int, repeat: int) -> list[tuple]:
+    """(title, median kernel seconds, matches numpy) of ``length`` kernels
+    of a 1x1 conv's shape in a row, each reading what the one before
+    wrote, in buffers and in images."""
+    width, height, layers = size
+    flags, fmt = cl.mem_flags, cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT)
+    rng = np.random.default_rng(1)
+    first = rng.random((layers, height, width, 4), dtype=np.float32)
+    weight = rng.random(layers, dtype=np.float32)
+    expected = first
+    for _ in range(length):
+        total = np.tensordot(weight, expected, axes=1) / layers
+        expected = np.broadcast_to(total, first.shape)
+    weights = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=weight)
+    rows = []
+    for title, name, images in (("chain: buffers", "chain_buffer", False),
+                                ("chain: images", "chain_image", True)):
+        if images:
+            maps = [cl.create_image(context, flags.READ_WRITE, fmt, shape=(width, height, layers),
+                                    is_array=True) for _ in range(2)]
+        else:
+            maps = [cl.Buffer(context, flags.READ_WRITE, first.nbytes) for _ in range(2)]
+        kernels = []
+        for step in range(length):
+            kernel = cl.Kernel(program, name)
+            kernel.set_args(maps[step % 2], maps[(step + 1) % 2], weights, np.int32(layers))
+            kernels.append(kernel)
+        medians = []
+        for run in range(max(repeat // 5, 1) + 1):  # the first run warms up
+            if images:
+                cl.enqueue_copy(queue, maps[0], first, origin=(0, 0, 0),
+                                region=(width, height, layers))
+            else:
+                cl.enqueue_copy(queue, maps[0], first)
+            events = [cl.enqueue_nd_range_kernel(queue, kernel, (width, height, layers), None)
+                      for kernel in kernels]
+            queue.finish()
+            if run:
+                medians.append(statistics.median((e.profile.end - e.profile.start) * 1e-9
+                                                 for e in events))
+        got = np.empty_like(first)
+        last = maps[length % 2]
+        if images:
+            cl.enqueue_copy(queue, got, last, origin=(0, 0, 0), region=(width, height, layers))
+        else:
+            cl.enqueue_copy(queue, got, last)
+        queue.finish()
+        rows.append((title, statistics.median(medians),
+                     bool(np.allclose(got, expected, rtol=1e-4, atol=1e-5))))
     return rows
 
 
@@ -148,6 +239,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", type=int, help="OpenCL device index")
     parser.add_argument("--ahead", type=int, default=16, help="texels fetched ahead (default 16)")
     parser.add_argument("--repeat", type=int, default=25)
+    parser.add_argument("--chain", type=int, default=64,
+                        help="kernels in the chain (default 64)")
     add_markdown_option(parser)
     args = parser.parse_args(argv)
     try:
@@ -155,15 +248,19 @@ def main(argv=None) -> int:
         if not 1 <= args.ahead <= 64:
             raise TexscopeError(f"--ahead {args.ahead}: between 1 and 64")
         device = pick_device(args.device)
-        measured = {size: measure(device, size, args.ahead, args.repeat) for size in sizes}
+        if args.chain < 1:
+            raise TexscopeError(f"--chain {args.chain}: at least 1")
+        measured = {size: measure(device, size, args.ahead, args.repeat, args.chain)
+                    for size in sizes}
     except TexscopeError as err:
         parser.error(str(err))
     with Recorded(args.markdown, "texel_fetch.py", device_line(device), raw=True):
         rows = []
         for (width, height, layers), found in measured.items():
-            base = found[0][1]
+            bases = {False: found[0][1],
+                     True: next(s for t, s, _ in found if t == "chain: buffers")}
             rows += [(f"{width}x{height}x{layers}", title, f"{seconds * 1e6:.2f}",
-                      f"{seconds / base:.2f}", "yes" if ok else "NO")
+                      f"{seconds / bases[title.startswith('chain')]:.2f}", "yes" if ok else "NO")
                      for title, seconds, ok in found]
         print("\n".join(markdown_table(("map", "kernel", "us", "to buffer", "right sum"), rows)))
     return 0 if all(ok for found in measured.values() for *_, ok in found) else 1
