@@ -13,12 +13,14 @@ kernel per storage and schedule:
 
 Then a chain of ``--chain`` kernels of a 1x1 conv's shape (a thread a
 pixel and output channel block, N texels ahead, weights from a buffer),
-each reading the map the one before wrote, two maps taking turns: in
-buffers, and in images (``chain: buffers``, ``chain: images``), the median
-kernel's time; the last map is checked against numpy.
+each reading the map the one before wrote, two maps taking turns, in
+buffers and in images (``chain: buffers``, ``chain: images``, and
+``chain: images, half``: RGBA half-float texels); and as many
+kernels each reading one map written before them all (``fan: ...``): the
+median kernel's time, the last map checked against numpy.
 
 Each kernel's median time over ``--repeat`` runs (OpenCL profiling events),
-and its ratio to ``buffer`` (a chain's images: to its buffers).  The data stays in the device's caches between
+and its ratio to ``buffer`` (a chain's or fan's images: to its buffers).  The data stays in the device's caches between
 runs: what is measured is the wait for each fetch (the latency a phone
 model's few threads cannot hide), not memory bandwidth.  Run where the GPU
 is (numpy and pyopencl only):
@@ -182,36 +184,49 @@ def measure(device, size: tuple[int, int, int], ahead: int, repeat: int,
 
 def chain(cl, context, queue, program, size, length: int, repeat: int) -> list[tuple]:
     """(title, median kernel seconds, matches numpy) of ``length`` kernels
-    of a 1x1 conv's shape in a row, each reading what the one before
-    wrote, in buffers and in images."""
+    of a 1x1 conv's shape in a row, in buffers and in images: each reading
+    what the one before wrote (``chain``), or each reading one map written
+    before them all (``fan``), so that what an image costs as the kernel
+    before's output shows apart from what it costs to read."""
     width, height, layers = size
     flags, fmt = cl.mem_flags, cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT)
     rng = np.random.default_rng(1)
     first = rng.random((layers, height, width, 4), dtype=np.float32)
     weight = rng.random(layers, dtype=np.float32)
-    expected = first
-    for _ in range(length):
-        total = np.tensordot(weight, expected, axes=1) / layers
-        expected = np.broadcast_to(total, first.shape)
+
+    def steps(count: int) -> np.ndarray:
+        out = first
+        for _ in range(count):
+            out = np.broadcast_to(np.tensordot(weight, out, axes=1) / layers, first.shape)
+        return out
+
     weights = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=weight)
     rows = []
-    for title, name, images in (("chain: buffers", "chain_buffer", False),
-                                ("chain: images", "chain_image", True)):
+    half = cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.HALF_FLOAT)
+    for title, name, images, fan in (("chain: buffers", "chain_buffer", False, False),
+                                     ("chain: images", "chain_image", fmt, False),
+                                     ("chain: images, half", "chain_image", half, False),
+                                     ("fan: buffers", "chain_buffer", False, True),
+                                     ("fan: images", "chain_image", fmt, True)):
         if images:
-            maps = [cl.create_image(context, flags.READ_WRITE, fmt, shape=(width, height, layers),
-                                    is_array=True) for _ in range(2)]
+            maps = [cl.create_image(context, flags.READ_WRITE, images,
+                                    shape=(width, height, layers), is_array=True)
+                    for _ in range(3)]
         else:
-            maps = [cl.Buffer(context, flags.READ_WRITE, first.nbytes) for _ in range(2)]
+            maps = [cl.Buffer(context, flags.READ_WRITE, first.nbytes) for _ in range(3)]
+        # chain: map 0 -> 1 -> 0 -> ...; fan: map 0 -> 1, 0 -> 2, 0 -> 1, ...
+        flow = ([(0, 1 + step % 2) for step in range(length)] if fan else
+                [(step % 2, (step + 1) % 2) for step in range(length)])
         kernels = []
-        for step in range(length):
+        for source, target in flow:
             kernel = cl.Kernel(program, name)
-            kernel.set_args(maps[step % 2], maps[(step + 1) % 2], weights, np.int32(layers))
+            kernel.set_args(maps[source], maps[target], weights, np.int32(layers))
             kernels.append(kernel)
         medians = []
         for run in range(max(repeat // 5, 1) + 1):  # the first run warms up
             if images:
-                cl.enqueue_copy(queue, maps[0], first, origin=(0, 0, 0),
-                                region=(width, height, layers))
+                cl.enqueue_copy(queue, maps[0], first.astype(np.float16) if images is half
+                                else first, origin=(0, 0, 0), region=(width, height, layers))
             else:
                 cl.enqueue_copy(queue, maps[0], first)
             events = [cl.enqueue_nd_range_kernel(queue, kernel, (width, height, layers), None)
@@ -220,16 +235,24 @@ def chain(cl, context, queue, program, size, length: int, repeat: int) -> list[t
             if run:
                 medians.append(statistics.median((e.profile.end - e.profile.start) * 1e-9
                                                  for e in events))
-        got = np.empty_like(first)
-        last = maps[length % 2]
+        got = np.empty_like(first, dtype=np.float16 if images is half else np.float32)
+        last = maps[flow[-1][1]]
         if images:
             cl.enqueue_copy(queue, got, last, origin=(0, 0, 0), region=(width, height, layers))
         else:
             cl.enqueue_copy(queue, got, last)
         queue.finish()
+        expected = steps(1 if fan else length)
+        tolerance = 1e-2 if images is half else 1e-4  # half: 11 bits a texel channel
         rows.append((title, statistics.median(medians),
-                     bool(np.allclose(got, expected, rtol=1e-4, atol=1e-5))))
+                     bool(np.allclose(got, expected, rtol=tolerance, atol=tolerance / 10))))
     return rows
+
+
+def base_of(title: str) -> str:
+    """The row a row's time is a ratio to: a chain's or fan's buffers, else ``buffer``."""
+    kind = title.partition(":")[0]
+    return f"{kind}: buffers" if kind in ("chain", "fan") else "buffer"
 
 
 def main(argv=None) -> int:
@@ -257,10 +280,9 @@ def main(argv=None) -> int:
     with Recorded(args.markdown, "texel_fetch.py", device_line(device), raw=True):
         rows = []
         for (width, height, layers), found in measured.items():
-            bases = {False: found[0][1],
-                     True: next(s for t, s, _ in found if t == "chain: buffers")}
+            bases = {title: seconds for title, seconds, _ in found}
             rows += [(f"{width}x{height}x{layers}", title, f"{seconds * 1e6:.2f}",
-                      f"{seconds / bases[title.startswith('chain')]:.2f}", "yes" if ok else "NO")
+                      f"{seconds / bases[base_of(title)]:.2f}", "yes" if ok else "NO")
                      for title, seconds, ok in found]
         print("\n".join(markdown_table(("map", "kernel", "us", "to buffer", "right sum"), rows)))
     return 0 if all(ok for found in measured.values() for *_, ok in found) else 1

@@ -152,8 +152,8 @@ def test_kernel_pairs_exports_with_a_preset_option_set(tmp_path):
 
 def test_texel_fetch_times_each_storage_and_checks_each_sum(tmp_path):
     """Five kernels a map (buffer and image, one fetch at a time and N
-    ahead, an image output) and a chain of three 1x1 convs in buffers and
-    in images, each checked against numpy: a map of 20 channel blocks
+    ahead, an image output), a chain of three 1x1 convs in buffers and in
+    images and a fan of three reading one map, each checked against numpy: a map of 20 channel blocks
     leaves a partial step of 16 ahead; the section goes to
     docs/benchmarks.md with --markdown; a bad --ahead is refused."""
     done = _bench("texel_fetch.py", "6x5x20", "--repeat", "1", "--chain", "3", "--markdown",
@@ -161,9 +161,10 @@ def test_texel_fetch_times_each_storage_and_checks_each_sum(tmp_path):
     rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| 6x5x20")]
     assert [row[1] for row in rows] == ["buffer", "buffer, 16 ahead", "image", "image, 16 ahead",
                                         "image, 16 ahead, image out", "chain: buffers",
-                                        "chain: images"]
+                                        "chain: images", "chain: images, half", "fan: buffers",
+                                        "fan: images"]
     assert all(row[-1] == "yes |" for row in rows)
-    assert rows[0][3] == rows[5][3] == "1.00"
+    assert rows[0][3] == rows[5][3] == rows[8][3] == "1.00"
     assert "| 6x5x20 | image, 16 ahead |" in (tmp_path / "bench.md").read_text()
     done = _bench("texel_fetch.py", "--ahead", "0", check=False)
     assert done.returncode == 2 and done.stdout == ""
