@@ -31,6 +31,13 @@ Build here, replay where the GPU is (no TVM there):
     python bench/kernel_pairs.py --export DIR [model ...]
     python bench/kernel_pairs.py --replay DIR [--device N] [--repeat R] [--markdown] [model ...]
 
+A GPU's speed drifts over a call (an H200's summed kernel time rose 15% in
+four minutes): ``--rounds N`` replays every model's builds N times,
+interleaved, the order reversed from model to model, and takes each
+command's median over the rounds; ``--against DIR2`` replays a second
+export of the same models (an earlier commit, say) in the same rounds and
+adds a before-and-after table per model and per kind.
+
 ``--preset-option NAME=VALUE`` (repeatable) exports builds with a field
 of the target's preset set (``conv_texels_ahead=4``): a schedule choice
 measured before a preset makes it its own; the replay's heading names it.
@@ -50,6 +57,8 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+import attrs
 
 from texscope.errors import TexscopeError
 from texscope.opencl.memory import image_extent
@@ -122,21 +131,52 @@ def pairs(name: str, textures: dict, buffers: dict) -> list[dict]:
     return rows
 
 
-def measure(directory: Path, names, device, repeat: int) -> tuple[list, dict]:
-    """(every pair, per model the two builds' results)."""
-    rows, builds = [], {}
+def measure(directories: list[Path], names, device, repeat: int,
+            rounds: int = 1) -> list[tuple[list, dict]]:
+    """Per export of ``directories``: (every pair, per model the two
+    builds' results).  In each of ``rounds`` rounds every model's builds of
+    every export are replayed in turn, the order reversed from one model
+    (and round) to the next, so that a GPU's drift over the call weighs on
+    all of them alike; each command's time is the median over the rounds
+    of its median over ``repeat`` runs."""
+    runs: dict = {directory: defaultdict(lambda: defaultdict(list)) for directory in directories}
+    done = 0
     try:
+        for round_ in range(rounds):
+            for index, name in enumerate(names):
+                inputs, expected = opencl_run.exported_arrays(directories[0] / name)
+                order = [(d, b) for d in directories for b in opencl_run.BUILDS]
+                for directory, build in order if (round_ + index) % 2 == 0 else order[::-1]:
+                    runs[directory][name][build].append(opencl_run.measure_plan(
+                        directory / name / build, inputs, expected, device, repeat))
+                print(f"measured {name}" + (f" (round {round_ + 1} of {rounds})"
+                                            if rounds > 1 else ""), file=sys.stderr, flush=True)
+            done += 1
+    except KeyboardInterrupt:  # SIGINT (``timeout -s INT``): the tables of what was measured
+        print(f"interrupted in round {done + 1} of {rounds}", file=sys.stderr)
+    measured = []
+    for directory in directories:
+        rows, builds = [], {}
         for name in names:
-            root = directory / name
-            inputs, expected = opencl_run.exported_arrays(root)
-            results = {b: opencl_run.measure_plan(root / b, inputs, expected, device, repeat)
-                       for b in opencl_run.BUILDS}
+            per_build = runs[directory][name]
+            if any(len(per_build[b]) < max(done, 1) for b in opencl_run.BUILDS):
+                continue  # not measured in every round
+            results = {b: _over_rounds(per_build[b]) for b in opencl_run.BUILDS}
             builds[name] = results
             rows += pairs(name, results["textures"], results["buffers"])
-            print(f"measured {name}", file=sys.stderr, flush=True)
-    except KeyboardInterrupt:  # SIGINT (``timeout -s INT``): the tables of what was measured
-        print(f"interrupted after {len(builds)} of {len(names)} models", file=sys.stderr)
-    return rows, builds
+        measured.append((rows, builds))
+    return measured
+
+
+def _over_rounds(results: list[dict]) -> dict:
+    """One build's measure_plan results of several rounds as one: each
+    command's median time, the total's median, agreement in every round."""
+    first = results[0]
+    times = [attrs.evolve(t, seconds=statistics.median(r["times"][i].seconds for r in results))
+             for i, t in enumerate(first["times"])]
+    return dict(first, times=times, total=statistics.median(r["total"] for r in results),
+                ok=all(r["ok"] for r in results),
+                abs_err=max(r["abs_err"] for r in results))
 
 
 def _no_slower_share(rows) -> float:
@@ -200,8 +240,17 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=9)
     p.add_argument("--top", type=int, default=15, help="kernels listed that lose most")
     p.add_argument("--json", metavar="FILE", help="write every pair here")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="replay every model's builds this many times, interleaved; medians")
+    p.add_argument("--against", metavar="DIR",
+                   help="another export of the same models (an earlier commit, another preset "
+                        "option), replayed in the same rounds: before and after, side by side")
     add_preset_options(p)
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: at least 1")
+    if args.against and not args.replay:
+        p.error("--against compares with a --replay")
     try:
         if args.replay:
             root = replay_folder(p, args.replay)
@@ -230,11 +279,56 @@ def export(directory: Path, loaders: dict, target: str) -> None:
         export_meta(directory, target)
 
 
+def before_after(before: tuple[list, dict], after: tuple[list, dict], what: str) -> list[str]:
+    """The lines comparing two exports replayed in the same rounds: per
+    model and per kind, each build's time before (``what``) and after."""
+    (rows_before, builds_before), (rows_after, builds_after) = before, after
+    names = [name for name in builds_after if name in builds_before]
+    lines = [f"Against the export {what}, replayed in the same rounds (ms; after/before):", ""]
+    table, sums = [], defaultdict(float)
+    for name in names:
+        cells = [name]
+        for build in opencl_run.BUILDS:
+            old, new = builds_before[name][build]["total"], builds_after[name][build]["total"]
+            sums[build, "before"] += old
+            sums[build, "after"] += new
+            cells += [f"{old * 1e3:.3f}", f"{new * 1e3:.3f}", f"{new / old:.2f}"]
+        table.append(cells)
+    table.append(["all"] + [cell for build in opencl_run.BUILDS for cell in (
+        f"{sums[build, 'before'] * 1e3:.3f}", f"{sums[build, 'after'] * 1e3:.3f}",
+        f"{sums[build, 'after'] / sums[build, 'before']:.2f}" if sums[build, "before"] else "-")])
+    lines += markdown_table(("model", "textures before", "after", "ratio", "buffers before",
+                             "after", "ratio"), table)
+    lines += ["", "Per kind (paired kernels), textures and buffers, before -> after:", ""]
+    kinds = []
+    for k in KINDS:
+        old = [r for r in rows_before if r["kind"] == k and r["model"] in names]
+        new = [r for r in rows_after if r["kind"] == k and r["model"] in names]
+        if not old or not new:
+            continue
+        cells = [k]
+        for build in opencl_run.BUILDS:
+            a, b = (sum(r[f"{build}_s"] for r in side) for side in (old, new))
+            cells.append(f"{a * 1e3:.3f} -> {b * 1e3:.3f} ({b / a:.2f})" if a else "-")
+        kinds.append(cells)
+    lines += markdown_table(("kind", "textures", "buffers"), kinds)
+    return lines
+
+
 def _replay(directory: Path, names, args) -> int:
     names = [name.replace("/", "_") for name in names]
     device = pick_device(args.device)
-    rows, builds = measure(directory, names, device, args.repeat)
+    against = Path(args.against) if args.against else None
+    if against is not None:
+        missing = [name for name in names if not (against / name / "textures").is_dir()]
+        if missing:
+            raise TexscopeError(f"--against {against}: no export of {missing[0]} in it")
+    measured = measure([directory] + ([against] if against else []), names, device,
+                       args.repeat, args.rounds)
+    rows, builds = measured[0]
     lines = tables(rows, builds, args.top)
+    if against is not None:
+        lines += ["", *before_after(measured[1], measured[0], built_at(against) or str(against))]
     built = built_at(directory)
     head = device_line(device) + (f"; {built}" if built else "")
     print(head + "\n")

@@ -131,8 +131,10 @@ def test_kernel_pairs_times_every_kernel_both_ways_after_an_export(tmp_path):
 def test_kernel_pairs_exports_with_a_preset_option_set(tmp_path):
     """``--preset-option`` builds with a preset field set (here the nvidia
     preset's fetching ahead turned off: the texture build's convs change,
-    the buffer build's do not), and the export's meta says so; an unknown
-    field is refused in one line, exit 2, nothing written."""
+    the buffer build's do not), and the export's meta says so; ``--against``
+    replays the two in the same rounds, before and after side by side; an
+    unknown field, no round, a second export without the model are refused
+    in one line, exit 2."""
     for name, options in (("default", ()), ("one", ("--preset-option", "conv_texels_ahead=1"))):
         _bench("kernel_pairs.py", "--export", tmp_path / name, "--target", "nvidia-opencl",
                *options, "zoo/inception")
@@ -143,6 +145,25 @@ def test_kernel_pairs_exports_with_a_preset_option_set(tmp_path):
     metas = [json.loads((tmp_path / name / "meta.json").read_text())["target"]
              for name in ("default", "one")]
     assert metas == ["nvidia-opencl", "nvidia-opencl conv_texels_ahead=1"]
+    # The two exports replayed in the same two rounds: before (fetching
+    # ahead off) and after, side by side, each build matching the CPU.
+    done = _bench("kernel_pairs.py", "--replay", tmp_path / "default", "--against",
+                  tmp_path / "one", "--rounds", "2", "--repeat", "1")
+    assert "(round 2 of 2)" in done.stderr
+    assert "Against the export built at " in done.stdout
+    assert " for nvidia-opencl conv_texels_ahead=1, replayed in the same rounds" in done.stdout
+    compared = done.stdout.split("Against the export ")[1].splitlines()
+    model = next(line for line in compared if line.startswith("| zoo_inception |"))
+    total = next(line for line in compared if line.startswith("| all |"))
+    assert model.split(" | ")[1:] == total.split(" | ")[1:]  # one model: the sum is its row
+    assert "| kxk conv | " in done.stdout
+    assert re.search(r"\| zoo_inception \| \d+ \+\d+/\+\d+ \|.*\| yes, yes \|", done.stdout)
+    for bad, message in ((("--rounds", "0"), "--rounds 0: at least 1"),
+                         (("--against", tmp_path / "nowhere"),
+                          f"--against {tmp_path / 'nowhere'}: no export of zoo_inception in it")):
+        refused = _bench("kernel_pairs.py", "--replay", tmp_path / "default", *bad, check=False)
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.strip().splitlines()[-1].endswith(message)
     done = _bench("kernel_pairs.py", "--export", tmp_path / "bad", "--target", "nvidia-opencl",
                   "--preset-option", "texels=3", "zoo/inception", check=False)
     assert done.returncode == 2 and not (tmp_path / "bad").exists()
