@@ -96,9 +96,9 @@ MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_prof
 # the Adreno target's otherwise (its keys, its schedules), but that a conv
 # reading an image fetches up to 16 texels before summing them, and a
 # depthwise conv reads one texel a tap, not two: nine MediaPipe models'
-# texture builds 0.96x, buffer builds 0.99x, depthwise convs 0.91-0.92x in
-# both (kernel time on the H200, bench/kernel_pairs.py's exports replayed
-# interleaved; docs/benchmarks.md).
+# depthwise convs 0.91-0.93x in both builds, convs reading images 0.93-0.98x
+# (kernel time on the H200, bench/kernel_pairs.py --rounds --against, two
+# calls; docs/benchmarks.md).
 NVIDIA = TexturePreset("nvidia", spatial_limit=32768, depth_limit=2048,
                        map_flavours=("global.texture", "global.texture-nhwc",
                                      "global.texture-weight"),

@@ -81,11 +81,12 @@ OpenCL, ``bench/kernel_pairs.py``, kernel time summed): texture builds
 6.49 ms with TVM's rule, 6.37 with one texel a tap, 6.32, 6.39, 6.06 and
 5.95 fetching 2, 4, 9 and 16 texels ahead; buffer builds 4.69, then 4.50
 with one texel a tap, 4.54-4.55 fetching ahead (no gain: the ``nvidia``
-preset fetches ahead from images only).  Nine models interleaved, the
-preset's builds against TVM's rule's: textures 0.96x, buffers 0.99x,
-depthwise convs 0.91-0.92x in both.  The texture builds stay 1.07 to
-1.55x their buffer builds' time: what else a texture costs there is not
-the fetch's wait (``bench/texel_fetch.py``, docs/benchmarks.md).
+preset fetches ahead from images only).  Nine models, the preset's builds
+against TVM's rule's in interleaved rounds (two calls): texture builds
+0.96-0.98x, buffer builds 0.98-0.99x, depthwise convs 0.91-0.93x in both.
+The texture builds stay 1.16 to 1.59x their buffer builds' time: what a
+texture costs there is the image path's rate, not a fetch's wait
+(``bench/texel_fetch.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
