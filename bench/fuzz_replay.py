@@ -8,7 +8,8 @@ half of them for the tiny texture target of the test, builds each with
 texscope and writes ``DIR/<index>/`` (the build, ``inputs.npz``, the CPU's
 ``expected.npz``) and ``DIR/recipes.json``.  ``--replay`` runs each build
 with numpy and pyopencl only and compares with the CPU as
-``texscope.run_on_opencl`` does (rtol = atol = 1e-3); it prints the
+``numpy.allclose`` does (rtol = atol = 1e-3, atol absolute, as every
+replay recorded in docs/benchmarks.md compared); it prints the
 mismatches and failures with their recipes and exits 1 if there is any.
 
     python bench/fuzz_replay.py --export DIR [--count 300]   # here, with TVM

@@ -251,6 +251,37 @@ def test_run_on_opencl_compares_with_the_cpu():
     assert check.ok and check.outputs == 1 and check.max_abs_error < 1e-3
 
 
+def test_run_on_opencl_scales_atol_by_the_outputs_magnitude(monkeypatch):
+    """As ``texscope run`` compares: atol is a fraction of each output's
+    largest magnitude, so a device returning zeros for an output whose
+    elements are all below the absolute 1e-3 is a mismatch, and the same
+    outputs scaled by 1e4 (float32 noise of that size) still match."""
+    mod = rules.Residual
+    inputs = verify.random_inputs(mod)
+    expected = verify.reference_outputs(mod, inputs)
+    real_run = opencl.run
+
+    def device_outputs(scale, offset):
+        def run(result, arrays, device=None):
+            got = real_run(result, arrays, device)
+            return attrs.evolve(got, outputs=tuple(o * scale + offset for o in got.outputs))
+        return run
+
+    tiny = [e * 1e-4 / float(np.abs(e).max()) for e in expected]
+    monkeypatch.setattr(verify, "reference_outputs", lambda *_: tiny)
+    factor = 1e-4 / float(np.abs(expected[0]).max())
+    monkeypatch.setattr(opencl, "run", device_outputs(0.0, 0.0))  # all zeros: wrong
+    assert not texscope.run_on_opencl(mod, "adreno-opencl", inputs).ok
+    monkeypatch.setattr(opencl, "run", device_outputs(factor, 0.0))
+    assert texscope.run_on_opencl(mod, "adreno-opencl", inputs).ok
+    large = [e * 1e4 for e in expected]
+    monkeypatch.setattr(verify, "reference_outputs", lambda *_: large)
+    # Off by 1e-4 of the range everywhere: over an absolute 1e-3, within the scaled one.
+    shift = 1e-4 * float(np.abs(large[0]).max())
+    monkeypatch.setattr(opencl, "run", device_outputs(1e4, shift))
+    assert shift > 1e-3 and texscope.run_on_opencl(mod, "adreno-opencl", inputs).ok
+
+
 def test_a_vulkan_build_cannot_be_run_on_opencl():
     result = texscope.build(rules.Seed, "adreno-vulkan")
     with pytest.raises(texscope.TexscopeError, match="no OpenCL kernels"):
