@@ -69,24 +69,24 @@ texels a tap, one of them never read (``if (ic_1 < 1)``), and each tap
 fetches both.  With ``exact_texels`` the split is the reduction's own
 extent: one texel a tap, no guard.
 
-Each step of TVM's rule's reduction fetches one input texel and then
-sums its products, so a thread waits out every fetch in turn.  Phone
-models' convs run too few threads to fill a big GPU (palm_detection_full's
-12 x 12 x 256 1x1 convs: 288 warps of 32 threads on the H200's 132
-multiprocessors), so nothing else hides that wait, and a texture fetch waits longer than a buffer load.  With
-``texels_ahead`` a conv reading an image fetches that many texels (of a
-1x1 conv's next channel blocks, else a row of taps or every tap) before
-the first sum, unrolled.  Six MediaPipe models on an H200 (NVIDIA's
-OpenCL, ``bench/kernel_pairs.py``, kernel time summed): texture builds
-6.49 ms with TVM's rule, 6.37 with one texel a tap, 6.32, 6.39, 6.06 and
-5.95 fetching 2, 4, 9 and 16 texels ahead; buffer builds 4.69, then 4.50
-with one texel a tap, 4.54-4.55 fetching ahead (no gain: the ``nvidia``
-preset fetches ahead from images only).  Nine models, the preset's builds
-against TVM's rule's in interleaved rounds (two calls): texture builds
-0.96-0.98x, buffer builds 0.98-0.99x, depthwise convs 0.91-0.93x in both.
-The texture builds stay 1.16 to 1.59x their buffer builds' time: what a
-texture costs there is the image path's rate, not a fetch's wait
-(``bench/texel_fetch.py``, docs/benchmarks.md).
+Each step of TVM's rule's reduction fetches one input texel and then sums
+its products, so a thread waits out every fetch in turn. Phone models'
+convs run too few threads to fill a big GPU (palm_detection_full's 12 x 12
+x 256 1x1 convs: 288 warps of 32 threads on the H200's 132
+multiprocessors), so nothing else hides that wait. With ``texels_ahead`` a
+conv reading an image fetches that many texels (of a 1x1 conv's next
+channel blocks, else a row of taps or every tap) before the first sum,
+unrolled. Six MediaPipe models on an H200 (NVIDIA's OpenCL,
+``bench/kernel_pairs.py``, kernel time summed): texture builds 6.49 ms with
+TVM's rule, 6.37 with one texel a tap, 6.32, 6.39, 6.06 and 5.95 fetching
+2, 4, 9 and 16 texels ahead; buffer builds 4.69, then 4.50 with one texel a
+tap, 4.54-4.55 fetching ahead (no gain: the ``nvidia`` preset fetches ahead
+from images only). Nine models, the preset's builds against TVM's rule's in
+interleaved rounds (two calls): texture builds 0.96-0.98x, buffer builds
+0.98-0.99x, depthwise convs 0.91-0.93x in both. The texture builds stay
+1.16 to 1.59x their buffer builds' time: what a texture costs there is the
+image path's rate, not a fetch's wait (``bench/texel_fetch.py``,
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -156,6 +156,29 @@ def texels_ahead_split(extent, ahead: int) -> int:
     return next(d for d in range(min(ahead, int(extent)), 0, -1) if int(extent) % d == 0)
 
 
+def _order_reduction(sch: s_tir.Schedule, ico, kh, kw, icb, ob, texels_ahead: int):
+    """Order the reduction's loops (texel steps, taps, a texel's channels,
+    output lanes) and say where the register cache of the input is filled
+    and which loops of the sums to unroll: at each tap, one texel (TVM's
+    rule); ``texels_ahead`` > 1 fills it with the texels of that many steps
+    of a 1x1 conv, or of every tap (a row of them where every tap is too
+    many) of a larger one."""
+    taps = [sch.get(loop).extent for loop in (kh, kw)]
+    ahead = texels_ahead_split(sch.get(ico).extent, texels_ahead) if taps == [1, 1] else 1
+    if ahead > 1:
+        ico, ico_ahead = sch.split(ico, [None, ahead], preserve_unit_iters=True)
+        sch.reorder(ico, kh, kw, ico_ahead, icb, ob)
+        return kw, [ico_ahead]
+    sch.reorder(ico, kh, kw, icb, ob)
+    if texels_ahead > 1 and all(isinstance(t, tirx.IntImm) for t in taps):
+        tap_rows, tap_columns = (int(t) for t in taps)
+        if tap_rows * tap_columns <= texels_ahead:
+            return ico, [kh, kw]
+        if tap_columns <= texels_ahead:
+            return kh, [kw]
+    return kw, []
+
+
 def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
                         channel_blocks: int = 8, texels_ahead: int = 1,
                         exact_texels: bool = False) -> None:
@@ -190,23 +213,7 @@ def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
         read = padding
     lanes = texel_split(sch.get(ic).extent) if exact_texels else 4
     (ico, icb), texels = split_unguarded(sch, ic, [None, lanes])
-    taps = [sch.get(loop).extent for loop in (kh, kw)]
-    ahead = texels_ahead_split(sch.get(ico).extent, texels_ahead) if taps == [1, 1] else 1
-    unrolled = []
-    if ahead > 1:
-        ico, ico_ahead = sch.split(ico, [None, ahead], preserve_unit_iters=True)
-        sch.reorder(ico, kh, kw, ico_ahead, icb, ob)
-        unrolled = [ico_ahead]
-    else:
-        sch.reorder(ico, kh, kw, icb, ob)
-    fetch_at = kw
-    if ahead == 1 and texels_ahead > 1 and all(isinstance(t, tirx.IntImm) for t in taps):
-        # A conv of several taps fetches a row of them (or all) ahead.
-        tap_rows, tap_columns = (int(t) for t in taps)
-        if tap_rows * tap_columns <= texels_ahead:
-            fetch_at, unrolled = ico, [kh, kw]
-        elif tap_columns <= texels_ahead:
-            fetch_at, unrolled = kh, [kw]
+    fetch_at, unrolled = _order_reduction(sch, ico, kh, kw, icb, ob, texels_ahead)
     compute_at_bounded(sch, read, fetch_at, block)
     sch.vectorize(sch.get_loops(read)[-1])
     if unrolled:
@@ -215,8 +222,7 @@ def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
         loops = sch.get_loops(read)
         depth = next(i for i, loop in enumerate(loops)
                      if sch.get(loop).same_as(sch.get(fetch_at)))
-        fetched = loops[depth + 1:-1]
-        for loop in [*fetched, *unrolled]:
+        for loop in [*loops[depth + 1:-1], *unrolled]:
             sch.unroll(loop)
     # Written unguarded, the conv sizes its register cache by its whole tile
     # grid, so that no bound fails; the cache gets the output's size back.
