@@ -15,6 +15,10 @@ from pathlib import Path
 #: The zoo networks the build benches take by default.
 ZOO = ("resnet", "mobilenet_v2", "unet", "inception", "chain64")
 
+#: Target attributes of the all-buffer builds: no image fits (limits of 1
+#: still fit a one-texel tensor, a pool's [1, 1, 1, 1, 4], as an image).
+NO_TEXTURES = {"texture_spatial_limit": 0, "texture_depth_limit": 0}
+
 
 def refuse_unknown(parser: argparse.ArgumentParser, names: Iterable[str],
                    known: Iterable[str], what: str = "model") -> None:

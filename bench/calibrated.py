@@ -56,7 +56,7 @@ from texscope.opencl.plan import read_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402  (a sibling script)
-from _cli import (Recorded, add_export_options, add_markdown_option,  # noqa: E402
+from _cli import (NO_TEXTURES, Recorded, add_export_options, add_markdown_option,  # noqa: E402
                   device_line, exported, print_columns, read_case, refuse_unknown,
                   replay_folder, write_case)
 
@@ -86,7 +86,7 @@ def export(directory: Path, names, measured: dict, device=None) -> None:
             else json.loads(str(texture_target("adreno-opencl").target)))
     default = texscope.texture_target(base).profile
     everywhere = default.with_gains(EVERYWHERE, EVERYWHERE, "every eligible tensor a texture")
-    no_textures = dict(base, texture_spatial_limit=1, texture_depth_limit=1)
+    no_textures = dict(base, **NO_TEXTURES)
     builds = [(label, base, prices) for label, prices in measured.items()]
     builds += [("default", base, default), ("all texture", base, everywhere),
                ("all buffer", no_textures, default)]

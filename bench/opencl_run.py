@@ -42,7 +42,7 @@ from texscope.opencl import replay as rp
 from texscope.opencl.plan import read_plan
 from texscope.opencl.session import Session
 from texscope.opencl.source import pick_device
-from _cli import (Recorded, ZOO, agreement, built_at, device_line, export_meta, exported,
+from _cli import (NO_TEXTURES, Recorded, ZOO, agreement, built_at, device_line, export_meta, exported,
                   print_columns, read_case, refuse_unknown, replay_folder, replay_parser,
                   write_case)
 
@@ -81,7 +81,7 @@ def targets(base, device=None) -> dict:
     with_images = (opencl.device_target(device, base) if device is not None
                    else json.loads(str(texture_target(base).target)))
     return {"textures": with_images,
-            "buffers": dict(with_images, texture_spatial_limit=1, texture_depth_limit=1)}
+            "buffers": dict(with_images, **NO_TEXTURES)}
 
 
 def export(directory: Path, loaders: dict, base: str) -> None:

@@ -58,7 +58,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _cli import (Recorded, add_device_options, add_markdown_option, agreement,  # noqa: E402
+from _cli import (NO_TEXTURES, Recorded, add_device_options, add_markdown_option, agreement,  # noqa: E402
                   built_at, chosen_models, device_line, export_meta, loaded, markdown_table,
                   read_case, write_case)
 from calibrated import pearson, spearman  # noqa: E402
@@ -144,7 +144,7 @@ def builds_of(base: dict, profiles: dict) -> list:
 
     texture = texscope.texture_target(base)
     default = texture.profile
-    no_textures = dict(base, texture_spatial_limit=1, texture_depth_limit=1)
+    no_textures = dict(base, **NO_TEXTURES)
     return [*((label, base, p) for label, p in profiles.items()),
             ("default", base, default),
             ("all texture", base, plan_profiles(texture)["all-texture"]),

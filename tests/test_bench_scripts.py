@@ -33,6 +33,38 @@ def test_a_bench_refuses_a_model_it_does_not_know(mediapipe, bench):
     assert last.startswith(f"{bench}: error:") and "no_such_model" in last
 
 
+def test_the_all_buffer_build_holds_no_image_even_of_one_texel():
+    """The benches' all-buffer build: a squeeze-and-excitation block's
+    1 x 1 maps ([1, 1, 1, 1, 4]) fit limits of 1 texel as images; none
+    fits now."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    import texscope  # pylint: disable=import-outside-toplevel
+    from texscope import opencl  # pylint: disable=import-outside-toplevel
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import opencl_run  # pylint: disable=import-outside-toplevel
+
+    weight = relax.const(np.random.default_rng(0).normal(0, 0.5, (4, 4, 1, 1)).astype("float32"))
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            pooled = bb.emit(relax.op.nn.adaptive_avg_pool2d(x, (1, 1)))
+            squeezed = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(pooled, weight)))
+            gate = bb.emit(relax.op.sigmoid(relax.op.nn.conv2d(squeezed, weight)))
+            out = bb.emit_output(bb.emit(relax.op.multiply(x, gate)))
+        bb.emit_func_output(out)
+    builds = opencl_run.targets("nvidia-opencl")
+    builds["limits of one texel"] = dict(builds["buffers"], texture_spatial_limit=1,
+                                         texture_depth_limit=1)
+    images = {name: sum(spec.is_texture for spec in
+                        opencl.plan_of(texscope.build(bb.get(), target)).tensors.values())
+              for name, target in builds.items()}
+    assert images == {"textures": 3, "buffers": 0, "limits of one texel": 2}
+
+
 def test_opencl_run_refuses_a_replay_of_a_missing_folder(tmp_path):
     missing = tmp_path / "not_exported"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "opencl_run.py"), "--replay",

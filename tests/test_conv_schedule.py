@@ -341,7 +341,7 @@ def _conv_input_registers(result) -> int:
     return inputs[0]
 
 
-_BUFFERS_ONLY = {"texture_spatial_limit": 1, "texture_depth_limit": 1}
+_BUFFERS_ONLY = {"texture_spatial_limit": 0, "texture_depth_limit": 0}
 
 
 @pytest.mark.parametrize("case, adreno, nvidia_buffers, nvidia_images", [
