@@ -61,6 +61,7 @@ from pathlib import Path
 import attrs
 
 from texscope.errors import TexscopeError
+from texscope.opencl import replay as rp
 from texscope.opencl.memory import image_extent
 from texscope.opencl.plan import KernelStep, TensorArg
 from texscope.opencl.source import pick_device
@@ -172,8 +173,7 @@ def _over_rounds(results: list[dict]) -> dict:
     """One build's measure_plan results of several rounds as one: each
     command's median time, the total's median, agreement in every round."""
     first = results[0]
-    times = [attrs.evolve(t, seconds=statistics.median(r["times"][i].seconds for r in results))
-             for i, t in enumerate(first["times"])]
+    times = rp.median_times([attrs.evolve(r["run"], times=r["times"]) for r in results])
     return dict(first, times=times, total=statistics.median(r["total"] for r in results),
                 ok=all(r["ok"] for r in results),
                 abs_err=max(r["abs_err"] for r in results))

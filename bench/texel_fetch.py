@@ -47,81 +47,64 @@ SOURCE = r"""
 __constant sampler_t SMP = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;
 #define AT(l) (((l) * get_global_size(1) + get_global_id(1)) * get_global_size(0) + get_global_id(0))
 #define TEXEL(l) (int4)(get_global_id(0), get_global_id(1), (l), 0)
+#define FROM_BUFFER(l) in[AT(l)]
+#define FROM_IMAGE(l) read_imagef(in, SMP, TEXEL(l))
+#define ONE(l) 1.0f
+#define WEIGHT(l) weight[l]
 
 __kernel void buffer(__global const float4* restrict in, __global float4* restrict out, int L) {
   float4 sum = 0.0f;
-  for (int l = 0; l < L; ++l) sum += in[AT(l)];
+  for (int l = 0; l < L; ++l) sum += FROM_BUFFER(l);
   out[AT(0)] = sum;
 }
 
-__kernel void buffer_ahead(__global const float4* restrict in, __global float4* restrict out, int L) {
-  float4 sum = 0.0f;
-  for (int l0 = 0; l0 < L; l0 += AHEAD) {
-    float4 v[AHEAD];
-#pragma unroll
-    for (int i = 0; i < AHEAD; ++i) v[i] = in[AT(min(l0 + i, L - 1))];
-#pragma unroll
-    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] : 0.0f;
+// The sum of LOAD(l) * SCALE(l) over the L channel blocks, AHEAD loads
+// issued before their sums; a load past the last block reads the last one
+// (as an image's layer clamps) and is not summed.
+#define SUM_AHEAD(LOAD, SCALE)                                                    \
+  float4 sum = 0.0f;                                                              \
+  for (int l0 = 0; l0 < L; l0 += AHEAD) {                                         \
+    float4 v[AHEAD];                                                              \
+    _Pragma("unroll")                                                             \
+    for (int i = 0; i < AHEAD; ++i) v[i] = LOAD(min(l0 + i, L - 1));              \
+    _Pragma("unroll")                                                             \
+    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] * SCALE(l0 + i) : 0.0f; \
   }
+
+__kernel void buffer_ahead(__global const float4* restrict in, __global float4* restrict out, int L) {
+  SUM_AHEAD(FROM_BUFFER, ONE)
   out[AT(0)] = sum;
 }
 
 __kernel void image(__read_only image2d_array_t in, __global float4* restrict out, int L) {
   float4 sum = 0.0f;
-  for (int l = 0; l < L; ++l) sum += read_imagef(in, SMP, TEXEL(l));
+  for (int l = 0; l < L; ++l) sum += FROM_IMAGE(l);
   out[AT(0)] = sum;
 }
 
-#define IMAGE_AHEAD_SUM                                                       \
-  float4 sum = 0.0f;                                                          \
-  for (int l0 = 0; l0 < L; l0 += AHEAD) {                                     \
-    float4 v[AHEAD];                                                          \
-    _Pragma("unroll")                                                         \
-    for (int i = 0; i < AHEAD; ++i) v[i] = read_imagef(in, SMP, TEXEL(l0 + i)); \
-    _Pragma("unroll")                                                         \
-    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] : 0.0f;          \
-  }
-
 __kernel void image_ahead(__read_only image2d_array_t in, __global float4* restrict out, int L) {
-  IMAGE_AHEAD_SUM
+  SUM_AHEAD(FROM_IMAGE, ONE)
   out[AT(0)] = sum;
+}
+
+__kernel void image_ahead_image_out(__read_only image2d_array_t in,
+                                    __write_only image2d_array_t out, int L) {
+  SUM_AHEAD(FROM_IMAGE, ONE)
+  write_imagef(out, TEXEL(0), sum);
 }
 
 // A 1x1 conv's shape: every thread (x, y, c) sums its pixel's channel
 // blocks, weighted, into channel block c.
 __kernel void chain_buffer(__global const float4* restrict in, __global float4* restrict out,
                            __global const float* restrict weight, int L) {
-  const int W = get_global_size(0), H = get_global_size(1);
-  const int x = get_global_id(0), y = get_global_id(1), c = get_global_id(2);
-  float4 sum = 0.0f;
-  for (int l0 = 0; l0 < L; l0 += AHEAD) {
-    float4 v[AHEAD];
-#pragma unroll
-    for (int i = 0; i < AHEAD; ++i) v[i] = in[(min(l0 + i, L - 1) * H + y) * W + x];
-#pragma unroll
-    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] * weight[l0 + i] : 0.0f;
-  }
-  out[(c * H + y) * W + x] = sum * (1.0f / L);
+  SUM_AHEAD(FROM_BUFFER, WEIGHT)
+  out[AT(get_global_id(2))] = sum * (1.0f / L);
 }
 
 __kernel void chain_image(__read_only image2d_array_t in, __write_only image2d_array_t out,
                           __global const float* restrict weight, int L) {
-  const int x = get_global_id(0), y = get_global_id(1), c = get_global_id(2);
-  float4 sum = 0.0f;
-  for (int l0 = 0; l0 < L; l0 += AHEAD) {
-    float4 v[AHEAD];
-#pragma unroll
-    for (int i = 0; i < AHEAD; ++i) v[i] = read_imagef(in, SMP, (int4)(x, y, l0 + i, 0));
-#pragma unroll
-    for (int i = 0; i < AHEAD; ++i) sum += l0 + i < L ? v[i] * weight[l0 + i] : 0.0f;
-  }
-  write_imagef(out, (int4)(x, y, c, 0), sum * (1.0f / L));
-}
-
-__kernel void image_ahead_image_out(__read_only image2d_array_t in,
-                                    __write_only image2d_array_t out, int L) {
-  IMAGE_AHEAD_SUM
-  write_imagef(out, TEXEL(0), sum);
+  SUM_AHEAD(FROM_IMAGE, WEIGHT)
+  write_imagef(out, TEXEL(get_global_id(2)), sum * (1.0f / L));
 }
 """
 

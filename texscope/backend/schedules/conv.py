@@ -98,6 +98,7 @@ from ...knowledge.scopes import is_texture_scope
 from .cache_bounds import compute_at_bounded, reverse_compute_at_bounded
 from .fallback import inline_blocks, schedule_default
 from .guards import append_guards, split_unguarded, substituted
+from .thread_blocks import divisors_down
 
 # The block name TVM's Adreno Conv2d rule schedules (its legalization's).
 CONV_BLOCK = "conv2d_NCHWc"
@@ -153,7 +154,7 @@ def texels_ahead_split(extent, ahead: int) -> int:
     ``ahead``, so that the split leaves no remainder to guard."""
     if ahead <= 1 or not isinstance(extent, tirx.IntImm):
         return 1
-    return next(d for d in range(min(ahead, int(extent)), 0, -1) if int(extent) % d == 0)
+    return next(d for d in divisors_down(int(extent)) if d <= ahead)
 
 
 def _order_reduction(sch: s_tir.Schedule, ico, kh, kw, icb, ob, texels_ahead: int):

@@ -36,7 +36,8 @@ from tvm import tirx
 SMALLEST_BLOCK = 64
 
 
-def _divisors_down(n: int) -> list[int]:
+def divisors_down(n: int) -> list[int]:
+    """The divisors of ``n``, largest first."""
     return [d for d in range(n, 0, -1) if n % d == 0]
 
 
@@ -57,5 +58,5 @@ def aligned_threads(extents, limit: int) -> int:
         inner = math.prod(sizes[position + 1:])
         if inner > limit:
             continue
-        best = max(best, next(inner * d for d in _divisors_down(size) if inner * d <= limit))
+        best = max(best, next(inner * d for d in divisors_down(size) if inner * d <= limit))
     return best if best >= SMALLEST_BLOCK else limit
