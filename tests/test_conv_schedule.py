@@ -364,7 +364,8 @@ def test_a_conv_reading_an_image_fetches_texels_ahead_on_the_nvidia_preset(
     blocks of a 1x1 conv, taps of a larger one; from a buffer one at a
     time, as TVM's rule.  A depthwise conv reads one texel a tap there
     (``conv_exact_texels``), TVM's rule (Adreno) two.  The register cache
-    the conv reads its input into, in floats, and the CPU's numbers."""
+    the conv reads its input into, in floats, well-formed kernels, and the
+    CPU's numbers."""
     from test_opencl_run import assert_close  # pylint: disable=import-outside-toplevel
 
     mod = _grouped_conv(*case)
@@ -376,6 +377,9 @@ def test_a_conv_reading_an_image_fetches_texels_ahead_on_the_nvidia_preset(
               "nvidia, images": (nvidia, nvidia_images)}
     for name, (target, floats) in builds.items():
         result = texscope.build(mod, target)
+        assert all(s_tir.analysis.verify_well_formed(func)
+                   for func in result.kernels.functions.values()
+                   if isinstance(func, tvm.tirx.PrimFunc))
         assert (name, _conv_input_registers(result)) == (name, floats)
         assert_close(opencl.run(result, inputs), expected)
 
