@@ -58,7 +58,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _cli import (NO_TEXTURES, Recorded, add_device_options, add_markdown_option, agreement,  # noqa: E402
+from _cli import (EXPORT_META, NO_TEXTURES, Recorded, add_device_options, add_markdown_option, agreement,  # noqa: E402
                   built_at, chosen_models, device_line, export_meta, loaded, markdown_table,
                   read_case, write_case)
 from calibrated import pearson, spearman  # noqa: E402
@@ -193,6 +193,19 @@ def tune(directory: Path, device_index: int | None, repeats: int) -> None:
         document["tune_wall_s"] = round(seconds, 2)
         (root / TUNING).write_text(json.dumps(document, indent=1) + "\n")
         print(f"  {root.name}: timed in {seconds:.1f} s", flush=True)
+
+
+def _exported_target(parser: argparse.ArgumentParser, directory: Path, given: str) -> str:
+    """The preset ``--export`` built ``directory`` for: the tuned builds must
+    match the tuning sets.  ``--target`` left at its default takes it; a
+    different one is refused."""
+    meta = directory / EXPORT_META
+    exported = json.loads(meta.read_text()).get("target") if meta.is_file() else None
+    if exported is None or given == exported:
+        return given
+    if given != parser.get_default("target"):
+        parser.error(f"--target {given}: {directory} was exported for {exported}")
+    return exported
 
 
 def export_tuned(directory: Path, results: Path, found: dict, base: dict, profiles: dict,
@@ -401,6 +414,8 @@ def main(argv=None) -> int:
         import texscope  # pylint: disable=import-outside-toplevel
         from texscope.knowledge import profile as cost_profile
 
+        if args.export_tuned:
+            args.target = _exported_target(parser, Path(args.export_tuned), args.target)
         base = json.loads(str(texscope.texture_target(args.target).target))
         profiles = {Path(p).stem: cost_profile.load(p) for p in args.profile}
         if args.export:

@@ -2,6 +2,7 @@
 a usage error (exit status 2, one line saying which), never a traceback or
 an empty table."""
 
+import argparse
 import os
 import re
 import json
@@ -324,3 +325,18 @@ def test_the_tuned_bench_runs_each_build_as_often_in_each_place(monkeypatch):
 
     assert tuned.rotations(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"],
                                                    ["c", "a", "b"], ["a", "b", "c"]]
+
+
+def test_the_tuned_builds_are_built_for_the_target_the_export_was(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import tuned
+
+    (tmp_path / "meta.json").write_text(json.dumps({"commit": "abc", "target": "nvidia-opencl"}))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", default="adreno-opencl")
+    assert tuned._exported_target(parser, tmp_path, "adreno-opencl") == "nvidia-opencl"
+    assert tuned._exported_target(parser, tmp_path, "nvidia-opencl") == "nvidia-opencl"
+    done = _bench("tuned.py", "--export-tuned", tmp_path, "--tuning-from", tmp_path,
+                  "--target", "mali-opencl", "zoo/inception", check=False)
+    assert done.returncode == 2
+    assert f"--target mali-opencl: {tmp_path} was exported for nvidia-opencl" in done.stderr
