@@ -14,7 +14,9 @@ builds run:
   its own: the difference between the two is the noise band.
 
 The table gives each build's kernel time (summed profiling events, median
-of ``--runs`` >= 9, the builds taking turns run by run), launches, images,
+of ``--runs`` >= 9, the builds taking turns run by run, each in a session
+set up once as a deployed model's is: ``--one-shot`` sets one up for every
+run, so its kernels also pay for memory just allocated), launches, images,
 copies, whether its outputs match the CPU, its time against the faster of
 all-texture and all-buffer, and its predicted time: the tuning file's
 measured kernel and copy times summed over what the build runs
@@ -275,11 +277,16 @@ def rotations(labels: list, runs: int) -> list[list]:
     return [labels[i % len(labels):] + labels[:i % len(labels)] for i in range(runs)]
 
 
-def measure(directory: Path, device, runs: int) -> dict:
+def measure(directory: Path, device, runs: int, one_shot: bool = False) -> dict:
     """On the device: every model's builds, taking turns run by run
-    (:func:`rotations`)."""
+    (:func:`rotations`).  Each build runs in one session set up once (its
+    memory, weights and arguments), as a deployed model runs inference
+    after inference; ``one_shot``: a fresh session every run (allocation,
+    weight upload and the first writes into new images inside the timed
+    kernels)."""
     from texscope.opencl import replay as rp
     from texscope.opencl.plan import read_plan
+    from texscope.opencl.session import Session
 
     found = {}
     for root in sorted(p for p in directory.iterdir() if (p / "meta.json").is_file()):
@@ -291,10 +298,19 @@ def measure(directory: Path, device, runs: int) -> dict:
         plans = {label: read_plan(root / folder("all buffer" if label == AGAIN else label))
                  for label in labels}
         inputs, expected = read_case(root, plans["all buffer"])
-        results = {label: [rp.replay(plan, inputs, device)] for label, plan in plans.items()}
+        if one_shot:
+            runners = {label: lambda plan=plan: rp.replay(plan, inputs, device)
+                       for label, plan in plans.items()}
+        else:
+            sessions = {label: Session(plan, rp.in_order(plan.inputs, inputs), device,
+                                       profile=True) for label, plan in plans.items()}
+            runners = {label: lambda session=session: session.profiled(
+                rp.in_order(session.plan.inputs, inputs)) for label, session in sessions.items()}
+        results = {label: [run()] for label, run in runners.items()}
         for turn in rotations(list(plans), runs):
             for label in turn:
-                results[label].append(rp.replay(plans[label], inputs, device))
+                results[label].append(runners[label]())
+        runners = sessions = None  # each model's device memory goes before the next's
         tuning = json.loads((root / TUNING).read_text())
         rows = {}
         for label, done in results.items():
@@ -396,6 +412,9 @@ def main(argv=None) -> int:
                         help="a cost profile calibrated on the device (repeatable)")
     add_device_options(parser)
     parser.add_argument("--runs", type=int, default=9, help="timed runs per build (median)")
+    parser.add_argument("--one-shot", action="store_true",
+                        help="--replay: every run in a fresh session (memory allocated, "
+                             "weights uploaded), as tables before 2026-11-29 06:00 were")
     parser.add_argument("--repeats", type=int, default=9, help="--tune: runs per median")
     add_markdown_option(parser)
     args = parser.parse_args(argv)
@@ -434,9 +453,11 @@ def main(argv=None) -> int:
     device = pick_device(args.device)
     built = built_at(Path(args.replay))
     print(f"device: {device_line(device)}" + (f"; {built}" if built else ""))
-    lines = table(measure(Path(args.replay), device, args.runs))
+    lines = table(measure(Path(args.replay), device, args.runs, args.one_shot))
+    how = ("each run a fresh session (memory allocated, weights uploaded)" if args.one_shot
+           else "each build's session set up once, then inference after inference")
     with Recorded(args.markdown, "tuned.py", device_line(device), raw=True, built=built):
-        print(f"Median of {args.runs} runs per build.\n\n" + "\n".join(lines))
+        print(f"Median of {args.runs} runs per build, {how}.\n\n" + "\n".join(lines))
     return 0
 
 

@@ -340,3 +340,50 @@ def test_the_tuned_builds_are_built_for_the_target_the_export_was(tmp_path, monk
                   "--target", "mali-opencl", "zoo/inception", check=False)
     assert done.returncode == 2
     assert f"--target mali-opencl: {tmp_path} was exported for nvidia-opencl" in done.stderr
+
+
+def test_the_tuned_replay_sets_each_build_up_once_unless_one_shot(tmp_path, monkeypatch):
+    pytest.importorskip("pyopencl")
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    import texscope  # pylint: disable=import-outside-toplevel
+    from texscope import opencl  # pylint: disable=import-outside-toplevel
+    from texscope.opencl import replay as opencl_replay  # pylint: disable=import-outside-toplevel
+    from texscope.opencl import session as opencl_session  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import tuned
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.relu(x)))
+        bb.emit_func_output(out)
+    root = tmp_path / "relu"
+    labels = ["tuned", "default", "all texture", "all buffer"]
+    plan = opencl.plan_of(texscope.build(bb.get(), "adreno-opencl"))
+    for label in labels:
+        (root / tuned.folder(label)).mkdir(parents=True)
+        plan.write(root / tuned.folder(label))
+    tuned.write_case(root, bb.get(), [np.linspace(-1, 1, 256, dtype="float32").reshape(1, 4, 8, 8)])
+    (root / "meta.json").write_text(json.dumps({
+        "model": "relu", "set_build_s": 0.1, "builds": labels,
+        "predicted_s": {label: 1e-6 for label in [*labels, tuned.AGAIN]}}))
+    (root / "tuning.json").write_text("{}")
+    made = []
+
+    class Counted(opencl_session.Session):
+        def __init__(self, *args, **kwargs):
+            made.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(opencl_session, "Session", Counted)
+    monkeypatch.setattr(opencl_replay, "Session", Counted)
+    found = tuned.measure(tmp_path, None, 9)
+    assert len(made) == 5  # four builds and the all-buffer one again, each set up once
+    rows = found["relu"]["rows"]
+    assert all(row["ok"] and row["seconds"] > 0 for row in rows.values())
+    made.clear()
+    tuned.measure(tmp_path, None, 9, one_shot=True)
+    assert len(made) == 5 * 10  # a first run to check the outputs, then 9 timed
