@@ -1,7 +1,8 @@
 """Every kernel of a model timed from textures and from buffers, side by side.
 
 Each model is built twice for an Adreno target (``opencl_run.py``'s two
-builds: texscope's plan, and no texture allowed), and both are replayed on
+builds: every eligible map in a texture, the weights where the preset's
+cost profile puts them, and no texture allowed), and both are replayed on
 one device in one process (a profiled session each, warmed up, the median of
 ``--repeat`` runs per command).  The two builds mostly launch the same
 kernels in the same order (only the storages differ; where scopes change
@@ -271,10 +272,19 @@ def main(argv=None) -> int:
 
 
 def export(directory: Path, loaders: dict, target: str) -> None:
-    """``opencl_run.export``'s builds; ``target``: the preset's name, then
-    any ``--preset-option`` set (what the export's meta records)."""
+    """``opencl_run.export``'s builds, every eligible map of the textures
+    build in a texture (:meth:`~texscope.knowledge.profile.CostProfile.with_map_gains`:
+    the weights where the preset's profile puts them), whatever the preset's
+    profile would plan; ``target``: the preset's name, then any
+    ``--preset-option`` set (what the export's meta records)."""
+    import texscope  # pylint: disable=import-outside-toplevel
+    from texscope.knowledge.profile import EVERYWHERE  # pylint: disable=import-outside-toplevel
+
+    preset = target.split()[0]
+    maps = texscope.texture_target(preset).profile.with_map_gains(
+        EVERYWHERE, EVERYWHERE, "kernel_pairs.py: every eligible map in a texture")
     opencl_run.export(directory, {name.replace("/", "_"): load
-                                  for name, load in loaders.items()}, target.split()[0])
+                                  for name, load in loaders.items()}, preset, maps)
     if " " in target:
         export_meta(directory, target)
 

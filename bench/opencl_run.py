@@ -84,14 +84,15 @@ def targets(base, device=None) -> dict:
             "buffers": dict(with_images, **NO_TEXTURES)}
 
 
-def export(directory: Path, loaders: dict, base: str) -> None:
+def export(directory: Path, loaders: dict, base: str, textures_profile=None) -> None:
     """Build every model both ways and write what a TVM-free replay needs:
     ``DIR/<name>/{textures,buffers}/``, ``inputs.npz``, ``expected.npz`` (the
     CPU's outputs), ``model.tflite`` where the model's loader reads a
     ``.tflite`` file (a ``functools.partial`` of it, as
     ``_cli.chosen_models`` makes them), and the commit and target it was
     built at (``_cli.export_meta``).  ``loaders``: name -> a callable
-    giving the model's Relax module."""
+    giving the model's Relax module; ``textures_profile``: the textures
+    build's cost profile (the preset's by default)."""
     import shutil
 
     import texscope
@@ -101,7 +102,8 @@ def export(directory: Path, loaders: dict, base: str) -> None:
         root = directory / name
         for build_name, target in targets(base).items():
             (root / build_name).mkdir(parents=True, exist_ok=True)
-            texscope.build(mod, target).export(root / build_name)
+            profile = textures_profile if build_name == "textures" else None
+            texscope.build(mod, target, profile=profile).export(root / build_name)
         write_case(root, mod, scaled_inputs(mod))
         source = getattr(loader, "args", ("",))[0]
         if str(source).endswith(".tflite"):

@@ -45,7 +45,7 @@ def conv_reads_pay():
     (and its launch, 64 KiB's worth).  With the defaults' 1.0 a conv reads a
     buffer rather than a copy of it; the tests of copies use this profile."""
     document = copy.deepcopy(dict(cost_profile.default("adreno").document))
-    for name in ("packed_conv", "depthwise_conv"):
+    for name in ("packed_conv", "pointwise_conv", "depthwise_conv"):
         document["kernels"][name]["read_gain"] = {"value": 16.0, "source": "tests: reads pay"}
     return cost_profile.from_document(document, "conv reads pay")
 

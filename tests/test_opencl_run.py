@@ -80,7 +80,7 @@ def test_a_conflict_runs_a_real_copy_between_image_and_buffer():
 def slow_conv_reads():
     """The Adreno defaults, but a packed or grouped conv's texture reads cost."""
     document = copy.deepcopy(dict(cost_profile.default("adreno").document))
-    for name in ("packed_conv", "depthwise_conv"):
+    for name in ("packed_conv", "pointwise_conv", "depthwise_conv"):
         document["kernels"][name]["read_gain"] = {"value": -2.0, "source": "tests"}
     return cost_profile.from_document(document, "slow conv reads")
 
@@ -116,7 +116,8 @@ def test_a_grouped_conv_writes_the_storage_its_plan_says():
     document["kernels"]["depthwise_conv"] = {
         "read_gain": {"value": 1000.0, "source": "tests"},
         "write_gain": {"value": -1000.0, "source": "tests"}}
-    document["kernels"]["packed_conv"]["read_gain"] = {"value": -1000.0, "source": "tests"}
+    for name in ("packed_conv", "pointwise_conv"):
+        document["kernels"][name]["read_gain"] = {"value": -1000.0, "source": "tests"}
     result, run, expected = run_and_compare(
         rules.Depthwise, profile=cost_profile.from_document(document, "tests"))
     assert_close(run, expected)

@@ -27,11 +27,36 @@ def test_stage1_output_calls_map_to_their_entries():
     mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.Conflict)
     assert entry_names(mod) == {
         "lv": "layout_transform", "lv1": "layout_transform", "c": "conv2d_nchw4c",
-        "lv2": "layout_transform", "p": "conv2d_nchw4c", "m": "mean", "s": "sum",
+        "lv2": "layout_transform", "p": "pointwise_conv2d_nchw4c", "m": "mean", "s": "sum",
         "lv3": "layout_transform", "lv4": "layout_transform", "lv5": "layout_transform",
     }
     pooled = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.MaxPool)
     assert entry_names(pooled)["lv2"] == "pool"
+
+
+def test_a_1x1_conv_is_priced_apart_and_as_a_packed_conv_where_the_profile_has_no_price():
+    from texscope.knowledge import profile as cost_profile
+
+    mod = run_pass(texscope.ConvertToPackedLayout(ADRENO), rules.Conflict)
+    calls = {b.var.name: b.value for b in mod["main"].body.blocks[0].bindings}
+    pointwise, windowed = (registry.support_for(calls[n], mod) for n in ("p", "c"))
+    assert registry.weight_window(calls["p"]) == (1, 1)
+    assert registry.weight_window(calls["c"]) == (3, 3)
+    assert (pointwise.cost_class, windowed.cost_class) == ("pointwise_conv", "packed_conv")
+    assert pointwise.key.describe() == ("relax.nn.conv2d(data_layout=NCHW4c, "
+                                        "kernel_layout=OIHW4o, window=1x1)")
+    built_in = cost_profile.default("adreno")
+    kernels = {name: prices for name, prices in built_in.document["kernels"].items()
+               if name != "pointwise_conv"}
+    kernels["packed_conv"] = {"read_gain": {"value": 2.0, "source": "a test"},
+                              "write_gain": {"value": 0.5, "source": "a test"}}
+    older = cost_profile.from_document(dict(built_in.document, kernels=kernels), "older")
+    assert (older.read_gain(pointwise), older.write_gain(pointwise)) == (2.0, 0.5)
+    kernels["pointwise_conv"] = {"read_gain": {"value": -3.0, "source": "a test"},
+                                 "write_gain": {"value": -2.0, "source": "a test"}}
+    split = cost_profile.from_document(dict(built_in.document, kernels=kernels), "split")
+    assert (split.read_gain(pointwise), split.write_gain(pointwise)) == (-3.0, -2.0)
+    assert (split.read_gain(windowed), split.write_gain(windowed)) == (2.0, 0.5)
 
 
 def test_an_element_wise_kernel_maps_to_its_operators_entry():

@@ -52,7 +52,7 @@ def test_collect_consumer_lists_every_demand():
     info = consumers(stage1(rules.Conflict))
     fields = [(d.consumer, d.operand, d.accepts, d.wants, d.entry) for d in info.of("c")]
     assert fields == [
-        ("p", 0, ANY, Storage.TEXTURE, "conv2d_nchw4c"),
+        ("p", 0, ANY, Storage.TEXTURE, "pointwise_conv2d_nchw4c"),
         ("m", 0, BUFFER, Storage.BUFFER, "mean"),
         ("s", 0, BUFFER, Storage.BUFFER, "sum"),
     ]

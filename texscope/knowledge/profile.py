@@ -29,6 +29,9 @@ DEFAULTS_DIR = Path(__file__).parent / "profiles"
 GAINS = ("read_gain", "write_gain")
 # Prices a kernel class may leave out: a weight's read costs what a map's does.
 OPTIONAL_GAINS = ("weight_read_gain",)
+# A class split off another later: a profile that does not price it (one
+# written before the split) prices it as the class it came from.
+PRICED_AS: Mapping[str, str] = {"pointwise_conv": "packed_conv"}
 
 
 @attrs.frozen
@@ -93,12 +96,20 @@ class CostProfile:
         plan costs in bytes convert to seconds by it."""
         return nbytes * self.copy_seconds_per_byte.value
 
+    def prices(self, cost_class: str | None) -> KernelPrices | None:
+        """``cost_class``'s prices, or those of the class it was split off
+        (:data:`PRICED_AS`) where this profile does not price it."""
+        found = self.kernels.get(cost_class)
+        if found is None and cost_class in PRICED_AS:
+            return self.kernels.get(PRICED_AS[cost_class])
+        return found
+
     def read_gain(self, support, weight: bool = False) -> float:
         """What a texture read by ``support``'s kernel saves per byte read: its
         cost class's price (of a ``weight``, its weight price where the class
         has one), or the entry's own ``texture_gain`` when this profile does
         not price the class."""
-        prices = self.kernels.get(getattr(support, "cost_class", None))
+        prices = self.prices(getattr(support, "cost_class", None))
         if prices is None:
             return support.texture_gain
         if weight and prices.weight_read_gain is not None:
@@ -108,7 +119,7 @@ class CostProfile:
     def write_gain(self, support) -> float:
         """What a texture write by ``support``'s kernel saves per byte written
         (its entry's ``texture_write_gain`` when the class is not priced)."""
-        prices = self.kernels.get(getattr(support, "cost_class", None))
+        prices = self.prices(getattr(support, "cost_class", None))
         return prices.write_gain.value if prices is not None else support.texture_write_gain
 
     def with_gains(self, read: float, write: float, source: str,
@@ -120,6 +131,18 @@ class CostProfile:
         prices = KernelPrices(Price(read, source), Price(write, source), Price(weight, source))
         return attrs.evolve(self, kernels={name: prices for name in self.kernels},
                             origin=f"{self.origin} ({source})")
+
+    def with_map_gains(self, read: float, write: float, source: str) -> "CostProfile":
+        """This profile with every kernel class's map reads priced ``read``
+        and its writes ``write``, each class's weight reads priced as they
+        were (a bench's texture build: every eligible map in a texture, the
+        weights where the device wants them)."""
+        def forced(prices: KernelPrices) -> KernelPrices:
+            weight = prices.weight_read_gain or prices.read_gain
+            return KernelPrices(Price(read, source), Price(write, source), weight)
+
+        kernels = {name: forced(prices) for name, prices in self.kernels.items()}
+        return attrs.evolve(self, kernels=kernels, origin=f"{self.origin} ({source})")
 
     def describe(self) -> str:
         name = self.device.get("name", "?")

@@ -172,23 +172,48 @@ class OpKey:
         Attribute values the call must have, compared as strings.
     unless : mapping of str to str
         Attribute values the call must not have.
+    window : tuple of int, optional
+        The window the call's weight (its second operand, ``OIHW`` or
+        ``OIHW4o``) must span, its dims 2 and 3: ``(1, 1)`` for a pointwise
+        conv.
     """
 
     op: str
     where: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
     unless: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    window: tuple[int, ...] | None = None
 
     def matches(self, call: relax.Call, mod: tvm.IRModule) -> bool:
         op, values = recorded_op(call, mod)
         if op != self.op:
             return False
         return (all(str(_get(values, k)) == v for k, v in self.where.items())
-                and not any(str(_get(values, k)) == v for k, v in self.unless.items()))
+                and not any(str(_get(values, k)) == v for k, v in self.unless.items())
+                and (self.window is None or weight_window(call) == self.window))
 
     def describe(self) -> str:
         cond = [f"{k}={v}" for k, v in self.where.items()]
         cond += [f"{k}!={v}" for k, v in self.unless.items()]
+        if self.window is not None:
+            cond.append(f"window={'x'.join(map(str, self.window))}")
         return f"{self.op}({', '.join(cond)})" if cond else self.op
+
+
+def weight_window(call: relax.Call) -> tuple[int, ...] | None:
+    """Dims 2 and 3 of a call's second tensor operand (a conv's weight, the
+    Relax call's or its ``call_tir``'s), where static; else None."""
+    args = call.args
+    if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
+        args = args[1].fields if isinstance(args[1], relax.Tuple) else ()
+    if len(args) < 2 or not isinstance(getattr(args[1], "ty", None), relax.TensorType):
+        return None
+    shape = getattr(args[1].ty, "shape", None)
+    if not isinstance(shape, relax.ShapeExpr) or len(shape.values) < 4:
+        return None
+    dims = shape.values[2:4]
+    if not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+        return None
+    return tuple(int(d) for d in dims)
 
 
 def _get(values, key: str):
@@ -369,8 +394,8 @@ class OpSupport:
         otherwise push its input's packed layout into it).
     cost_class : str or None
         The kernel class whose prices the cost profile gives (``packed_conv``,
-        ``depthwise_conv``, ``pool``, ``layer_norm``, ``elementwise``,
-        ``layout_transform``; see :mod:`texscope.knowledge.profile`): what a texture
+        ``pointwise_conv``, ``depthwise_conv``, ``pool``, ``layer_norm``,
+        ``elementwise``, ``layout_transform``; see :mod:`texscope.knowledge.profile`): what a texture
         read and a texture write by this kernel save.  ``texscope calibrate``
         measures each class on a device.
     texture_gain : float
@@ -550,6 +575,16 @@ BUILTIN: tuple[OpSupport, ...] = (
         key=OpKey("relax.nn.conv2d", _PACKED_LAYOUTS, unless={"groups": "1"}),
         cost_class="depthwise_conv",
         note="a grouped (depthwise) packed conv: few reads per output, priced apart",
+        **_PACKED_CONV,
+    ),
+    OpSupport(
+        name="pointwise_conv2d_nchw4c",
+        key=OpKey("relax.nn.conv2d", _PACKED_LAYOUTS, window=(1, 1)),
+        cost_class="pointwise_conv",
+        note="a 1x1 packed conv: a matrix product per pixel, each input texel read once per "
+        "output block and never by a neighbour, priced apart from convs with a window (TVM's "
+        "Adreno work moved 1x1 convs to buffers; on an H200 they lose from textures where 3x3 "
+        "convs gain); a profile without the class prices it as packed_conv",
         **_PACKED_CONV,
     ),
     OpSupport(

@@ -45,6 +45,12 @@ def packed_conv(channels: int, size: int) -> tvm.IRModule:
     return _module([x, w], lambda bb: bb.emit(O.nn.conv2d(x, w, padding=(1, 1)), MEASURED))
 
 
+def pointwise_conv(channels: int, size: int) -> tvm.IRModule:
+    """A 1x1 conv, ``channels`` in and out."""
+    x, w = _tensor("x", (1, channels, size, size)), _tensor("w", (channels, channels, 1, 1))
+    return _module([x, w], lambda bb: bb.emit(O.nn.conv2d(x, w), MEASURED))
+
+
 def depthwise_conv(channels: int, size: int) -> tvm.IRModule:
     """A 3x3 depthwise conv."""
     x, w = _tensor("x", (1, channels, size, size)), _tensor("w", (channels, 1, 3, 3))
@@ -91,9 +97,12 @@ def layout_transform(channels: int, size: int) -> tvm.IRModule:
 
 
 # Per cost class of the registry, the module that isolates its kernels.
-# (layer_norm, which writes only buffers, keeps calibrate's microbenchmark.)
+# (layer_norm, which writes only buffers, keeps calibrate's microbenchmark;
+# pointwise_conv has none: a profile of microbenchmarks prices it as
+# packed_conv, texscope.knowledge.profile.PRICED_AS.)
 MODULES: dict[str, Callable[[int, int], tvm.IRModule]] = {
     "packed_conv": packed_conv,
+    "pointwise_conv": pointwise_conv,
     "depthwise_conv": depthwise_conv,
     "pool": pool,
     "elementwise": elementwise,
