@@ -60,9 +60,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _cli import (EXPORT_META, NO_TEXTURES, Recorded, add_device_options, add_markdown_option, agreement,  # noqa: E402
-                  built_at, chosen_models, device_line, export_meta, loaded, markdown_table,
-                  read_case, write_case)
+from _cli import (EXPORT_META, NO_TEXTURES, Recorded, add_device_options,  # noqa: E402
+                  add_markdown_option, agreement, built_at, chosen_models, device_line,
+                  export_meta, loaded, markdown_table, read_case, write_case)
 from calibrated import pearson, spearman  # noqa: E402
 from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402
 

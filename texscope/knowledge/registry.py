@@ -395,9 +395,10 @@ class OpSupport:
     cost_class : str or None
         The kernel class whose prices the cost profile gives (``packed_conv``,
         ``pointwise_conv``, ``depthwise_conv``, ``pool``, ``layer_norm``,
-        ``elementwise``, ``layout_transform``; see :mod:`texscope.knowledge.profile`): what a texture
-        read and a texture write by this kernel save.  ``texscope calibrate``
-        measures each class on a device.
+        ``elementwise``, ``layout_transform``; see
+        :mod:`texscope.knowledge.profile`): what a texture read and a texture
+        write by this kernel save.  ``texscope calibrate`` measures each class
+        on a device.
     texture_gain : float
         What a texture read saves, as a fraction of the tensor's bytes, for
         an entry whose cost class the profile does not price (a user's own
