@@ -294,6 +294,24 @@ def test_the_nvidia_profile_reads_a_1x1_convs_weights_and_map_from_buffers():
     assert texture.profile.origin == "built-in nvidia"
 
 
+def test_the_nvidia_plan_reads_a_3x3_conv_from_images_and_a_1x1_conv_from_buffers():
+    from modules import rules  # pylint: disable=import-outside-toplevel
+
+    def conv_scopes(target):
+        mod = texscope.texture_scope_pipeline(target)(rules.Conflict)  # a 3x3 conv, then a 1x1
+        return {b.var.name: tuple(str(a.ty.vdevice.memory_scope) for a in b.value.args)
+                for b in mod["main"].body.blocks[0].bindings
+                if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"}
+
+    assert conv_scopes("nvidia-opencl") == {"c": ("global.texture", "global.texture-weight"),
+                                            "p": ("global", "global")}
+    # Adreno's guesses price both alike: its 1x1 conv reads a buffer only
+    # because its map is read by reductions too (a texture would need a copy).
+    assert conv_scopes("adreno-opencl") == {
+        "c": ("global.texture-weight", "global.texture-weight"),
+        "p": ("global", "global.texture-weight")}
+
+
 def test_a_profile_with_every_map_in_a_texture_keeps_its_weight_prices():
     nvidia = cost_profile.default("nvidia")
     maps = nvidia.with_map_gains(10.0, 10.0, "every map")
