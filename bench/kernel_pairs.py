@@ -1,8 +1,9 @@
 """Every kernel of a model timed from textures and from buffers, side by side.
 
-Each model is built twice for an Adreno target (``opencl_run.py``'s two
-builds: every eligible map in a texture, the weights where the preset's
-cost profile puts them, and no texture allowed), and both are replayed on
+Each model is built twice for a target preset (``--target``, Adreno's by
+default; ``opencl_run.py``'s two builds: every eligible map in a texture,
+the weights where the preset's cost profile puts them, and no texture
+allowed), and both are replayed on
 one device in one process (a profiled session each, warmed up, the median of
 ``--repeat`` runs per command).  The two builds mostly launch the same
 kernels in the same order (only the storages differ; where scopes change
