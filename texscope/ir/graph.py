@@ -18,6 +18,8 @@ from ..knowledge import registry
 from ..errors import TexscopeError
 from ..knowledge.registry import OpSupport
 from ..knowledge.targets import TextureFit, TextureTarget
+# Re-exported: the graph's users have always imported them from here.
+from .shapes import static_dims, static_shape  # noqa: F401
 
 # A Relax constant (TVM 0.27's name for it); the one alias the package uses.
 Constant = tvm.ir.expr.GenericConst
@@ -214,20 +216,6 @@ def known_ndim(ty) -> int | None:
     return ty.ndim if isinstance(ty, relax.TensorType) and ty.ndim >= 0 else None
 
 
-def static_dims(dims) -> tuple[int, ...] | None:
-    """A shape's dimensions (Relax or TIR expressions) as integers; None if
-    any is symbolic.  The one test of "static" every module uses."""
-    # A slice reads an FFI array in one pass (iterating asks its length and
-    # checks the index again for every element).
-    dims = dims[:] if isinstance(dims, tvm_ffi.Array) else list(dims)
-    values = []
-    for dim in dims:
-        if not isinstance(dim, tvm.tirx.IntImm):
-            return None
-        values.append(dim.value)
-    return tuple(values)
-
-
 @functools.lru_cache(maxsize=None)
 def element_bits(dtype: str) -> int:
     """Bits of one element of ``dtype``, its lanes included (parsed by TVM
@@ -246,14 +234,6 @@ def static_bytes(ty) -> int:
     or unknown shape counts 0."""
     return sum(nbytes(shape, tensor.dtype) for tensor in tensor_types(ty)
                if (shape := static_shape(tensor)) is not None)
-
-
-def static_shape(ty) -> tuple[int, ...] | None:
-    """The static shape of a tensor type; None if symbolic, unknown, or not a
-    tensor type."""
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    return static_dims(ty.shape.values)
 
 
 def dps_inputs(call: relax.Call) -> list[relax.Expr]:

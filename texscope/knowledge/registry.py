@@ -18,6 +18,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from ..ir.shapes import static_shape
+
 # relay's OpPatternKind, as AnnotateTIROpPattern writes it on PrimFuncs.
 PATTERN_INJECTIVE = 2
 PATTERN_COMM_REDUCE = 3
@@ -205,15 +207,8 @@ def weight_window(call: relax.Call) -> tuple[int, ...] | None:
     args = call.args
     if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir":
         args = args[1].fields if isinstance(args[1], relax.Tuple) else ()
-    if len(args) < 2 or not isinstance(getattr(args[1], "ty", None), relax.TensorType):
-        return None
-    shape = getattr(args[1].ty, "shape", None)
-    if not isinstance(shape, relax.ShapeExpr) or len(shape.values) < 4:
-        return None
-    dims = shape.values[2:4]
-    if not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
-        return None
-    return tuple(int(d) for d in dims)
+    shape = static_shape(args[1].ty) if len(args) > 1 else None
+    return shape[2:4] if shape is not None and len(shape) >= 4 else None
 
 
 def _get(values, key: str):
