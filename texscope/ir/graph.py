@@ -19,7 +19,7 @@ from ..errors import TexscopeError
 from ..knowledge.registry import OpSupport
 from ..knowledge.targets import TextureFit, TextureTarget
 # Re-exported: the graph's users have always imported them from here.
-from .shapes import static_dims, static_shape  # noqa: F401
+from ..knowledge.shapes import static_dims, static_shape  # noqa: F401
 
 # A Relax constant (TVM 0.27's name for it); the one alias the package uses.
 Constant = tvm.ir.expr.GenericConst

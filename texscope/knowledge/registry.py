@@ -18,7 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir.shapes import static_shape
+from .shapes import static_shape
 
 # relay's OpPatternKind, as AnnotateTIROpPattern writes it on PrimFuncs.
 PATTERN_INJECTIVE = 2

@@ -1,7 +1,7 @@
 """Static shapes: the one test of "static" every module uses.
 
-A leaf module (TVM only), so that the op registry, below the IR graph in the
-layers, asks it too.
+A leaf module (TVM only) of the lowest job but errors, so that the op
+registry asks it as the IR graph and everything above do.
 """
 
 from __future__ import annotations
