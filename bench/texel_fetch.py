@@ -106,6 +106,38 @@ __kernel void chain_image(__read_only image2d_array_t in, __write_only image2d_a
   SUM_AHEAD(FROM_IMAGE, WEIGHT)
   write_imagef(out, TEXEL(get_global_id(2)), sum * (1.0f / L));
 }
+
+// The same 1x1 conv with its input staged in local memory: a work-group is
+// a TX x TY tile of pixels times OB output channel blocks; the OB threads
+// of a pixel fetch STAGE of its channel blocks together (each fetches
+// STAGE / OB), then each sums all STAGE from local memory.  Each texel is
+// fetched once a work-group, not once an output channel block.
+#define SUM_STAGED(LOAD, SCALE)                                                   \
+  __local float4 tile[STAGE][TY][TX];                                             \
+  const int lx = get_local_id(0), ly = get_local_id(1), lz = get_local_id(2);     \
+  float4 sum = 0.0f;                                                              \
+  for (int l0 = 0; l0 < L; l0 += STAGE) {                                         \
+    for (int s = lz; s < STAGE; s += OB) tile[s][ly][lx] = LOAD(min(l0 + s, L - 1)); \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                 \
+    _Pragma("unroll")                                                             \
+    for (int s = 0; s < STAGE; ++s)                                               \
+      sum += l0 + s < L ? tile[s][ly][lx] * SCALE(l0 + s) : 0.0f;                  \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                 \
+  }
+
+__kernel __attribute__((reqd_work_group_size(TX, TY, OB)))
+void staged_buffer(__global const float4* restrict in, __global float4* restrict out,
+                   __global const float* restrict weight, int L) {
+  SUM_STAGED(FROM_BUFFER, WEIGHT)
+  out[AT(get_global_id(2))] = sum * (1.0f / L);
+}
+
+__kernel __attribute__((reqd_work_group_size(TX, TY, OB)))
+void staged_image(__read_only image2d_array_t in, __write_only image2d_array_t out,
+                  __global const float* restrict weight, int L) {
+  SUM_STAGED(FROM_IMAGE, WEIGHT)
+  write_imagef(out, TEXEL(get_global_id(2)), sum * (1.0f / L));
+}
 """
 
 #: (row title, kernel, input in an image, output in an image)
@@ -125,6 +157,16 @@ def map_size(text: str) -> tuple[int, int, int]:
     return tuple(int(p) for p in parts)
 
 
+def staging(size: tuple[int, int, int]) -> dict[str, int]:
+    """The staged kernels' work-group (a tile of TX x TY pixels, OB output
+    channel blocks) and the channel blocks STAGE fetched together: tiles of
+    4 x 4 where they divide the map, 16 blocks where they divide its layers."""
+    width, height, layers = size
+    side = lambda extent: next(d for d in (4, 2, 1) if extent % d == 0)
+    return {"TX": side(width), "TY": side(height),
+            "OB": next(d for d in (16, 8, 4, 2, 1) if layers % d == 0), "STAGE": 16}
+
+
 def measure(device, size: tuple[int, int, int], ahead: int, repeat: int,
             chain_length: int) -> list[tuple]:
     """(title, seconds, matches the buffer kernel's sum) of each variant on one map."""
@@ -132,7 +174,8 @@ def measure(device, size: tuple[int, int, int], ahead: int, repeat: int,
     width, height, layers = size
     context = cl.Context([device])
     queue = cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
-    program = cl.Program(context, SOURCE).build(options=f"-DAHEAD={ahead}")
+    program = cl.Program(context, SOURCE).build(
+        options=f"-DAHEAD={ahead} " + " ".join(f"-D{k}={v}" for k, v in staging(size).items()))
     texels = np.random.default_rng(0).random((layers, height, width, 4), dtype=np.float32)
     flags, fmt = cl.mem_flags, cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT)
     buffer_in = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=texels)
@@ -186,11 +229,15 @@ def chain(cl, context, queue, program, size, length: int, repeat: int) -> list[t
     weights = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=weight)
     rows = []
     half = cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.HALF_FLOAT)
+    tile = staging(size)
     for title, name, images, fan in (("chain: buffers", "chain_buffer", False, False),
                                      ("chain: images", "chain_image", fmt, False),
                                      ("chain: images, half", "chain_image", half, False),
+                                     ("chain: buffers, staged", "staged_buffer", False, False),
+                                     ("chain: images, staged", "staged_image", fmt, False),
                                      ("fan: buffers", "chain_buffer", False, True),
                                      ("fan: images", "chain_image", fmt, True)):
+        local = (tile["TX"], tile["TY"], tile["OB"]) if name.startswith("staged") else None
         if images:
             maps = [cl.create_image(context, flags.READ_WRITE, images,
                                     shape=(width, height, layers), is_array=True)
@@ -212,7 +259,7 @@ def chain(cl, context, queue, program, size, length: int, repeat: int) -> list[t
                                 else first, origin=(0, 0, 0), region=(width, height, layers))
             else:
                 cl.enqueue_copy(queue, maps[0], first)
-            events = [cl.enqueue_nd_range_kernel(queue, kernel, (width, height, layers), None)
+            events = [cl.enqueue_nd_range_kernel(queue, kernel, (width, height, layers), local)
                       for kernel in kernels]
             queue.finish()
             if run:
