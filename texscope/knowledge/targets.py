@@ -59,6 +59,20 @@ class TexturePreset:
         Whether a conv reducing fewer than 4 input channels a group (a
         depthwise conv's one) reads that many (one texel a tap) rather
         than TVM's rule's split by 4 (two texels a tap, one unread).
+    pointwise_conv_stage_blocks : int
+        Output channel blocks of a 1x1 conv whose threads share, through
+        local memory, the input texels their work-group fetches (each
+        texel fetched once a work-group, not once an output channel block);
+        0: none share, each thread fetches its own (TVM's rule).
+    pointwise_conv_stage_texels : int
+        Input texels a staged 1x1 conv's work-group fetches at a time (the
+        largest divisor of its reduction's texels up to this).
+    texel_pool_window : int
+        The largest window (values reduced into one output) a pool writing
+        a packed buffer reduces on one thread per output texel
+        (``TexelWriter``); a larger one is reduced across threads (TVM's
+        generic reduction rule).  A thread per texel wins on small windows
+        (a 2 x 2 max pool), loses where few texels each sum a long row.
     texel_dtypes : frozenset of str
         Element types a texel may hold (RGBA float or half).
     default_profile : str
@@ -76,6 +90,9 @@ class TexturePreset:
     conv_channel_blocks: int = 8
     conv_texels_ahead: int = 1
     conv_exact_texels: bool = False
+    pointwise_conv_stage_blocks: int = 0
+    pointwise_conv_stage_texels: int = 16
+    texel_pool_window: int = 64
     texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
     default_profile: str = "adreno"
 
@@ -98,13 +115,16 @@ MALI = TexturePreset("mali", spatial_limit=65536, depth_limit=2048, default_prof
 # depthwise conv reads one texel a tap, not two: nine MediaPipe models'
 # depthwise convs 0.91-0.93x in both builds, convs reading images 0.93-0.98x
 # (kernel time on the H200, bench/kernel_pairs.py --rounds --against, two
-# calls; docs/benchmarks.md).
+# calls; docs/benchmarks.md).  A pool writing a buffer reduces a window of
+# more than 16 on many threads: selfie_segmentation's split global pools
+# (one thread per row of 64 texels) took 0.65x the time, its all-buffer
+# build 0.91x (the same replay).
 NVIDIA = TexturePreset("nvidia", spatial_limit=32768, depth_limit=2048,
                        map_flavours=("global.texture", "global.texture-nhwc",
                                      "global.texture-weight"),
                        depthwise_padding_in_registers=True, conv_channel_blocks=1,
                        conv_texels_ahead=16, conv_exact_texels=True,
-                       default_profile="nvidia")
+                       texel_pool_window=16, default_profile="nvidia")
 PRESETS = {p.name: p for p in (ADRENO, MALI, NVIDIA)}
 
 TEXTURE_KINDS = ("opencl", "vulkan")

@@ -69,31 +69,29 @@ def _texture_params(func: tvm.tirx.PrimFunc) -> list:
     return [param for param in func.params if is_texture_scope(scope_of(param))]
 
 
-# The largest window (product of a block's reduction extents) a thread
-# reduces alone when a pool writes a packed buffer (TexelWriter).
-SMALL_WINDOW = 64
-
-
-def _small_window(block) -> bool:
+def _small_window(block, largest: int) -> bool:
+    """Whether ``block`` reduces a window (the product of its reduction
+    extents) of at most ``largest`` values."""
     extents = [iv.dom.extent for iv in block.iter_vars
                if int(iv.iter_type) == tvm.tirx.IterVar.CommReduce]
     return bool(extents) and all(isinstance(e, tvm.tirx.IntImm) for e in extents) \
-        and math.prod(int(e) for e in extents) <= SMALL_WINDOW
+        and math.prod(int(e) for e in extents) <= largest
 
 
-def _texel_outputs(func: tvm.tirx.PrimFunc) -> list:
+def _texel_outputs(func: tvm.tirx.PrimFunc, pool_window: int) -> list:
     """What :class:`TexelWriter` stores into: the texture parameters; where
-    there are none and every reduction of the kernel is a small window (a
-    pool), the packed ``[d0, d1, d2, d3, 4]`` buffers.  Left to TVM's
-    generic rule, such a pool reduced its 2 x 2 window across 256 threads
-    with eleven barriers a kernel: on an H200 hand_recrop's three fused
-    pools took 106, 58 and 31 us writing buffers, 5 us writing images
-    (the same kernels, tuning set, docs/benchmarks.md)."""
+    there are none and every reduction of the kernel is a window of at most
+    ``pool_window`` values (a pool; ``TexturePreset.texel_pool_window``),
+    the packed ``[d0, d1, d2, d3, 4]`` buffers.  Left to TVM's generic
+    rule, such a pool reduced its 2 x 2 window across 256 threads with
+    eleven barriers a kernel: on an H200 hand_recrop's three fused pools
+    took 106, 58 and 31 us writing buffers, 5 us writing images (the same
+    kernels, tuning set, docs/benchmarks.md)."""
     textures = _texture_params(func)
     if textures:
         return textures
     reductions = [block for block in _blocks(func) if _reduces(block)]
-    if not reductions or not all(map(_small_window, reductions)):
+    if not reductions or not all(_small_window(block, pool_window) for block in reductions):
         return []
     return [param for param in func.params if isinstance(param.ty, tvm.tirx.BufferType)
             and is_packed_texel_shape(static_dims(param.ty.shape) or ())]
@@ -155,15 +153,16 @@ class TexelWriter(dlight.ScheduleRule):
         # Inlining removes blocks, never a write: a kernel no block of which
         # stores into what the rule writes is one it would decline after its
         # inlining.
-        if not _stores_into(func, _texel_outputs(func)):
+        pool_window = preset_of(target).texel_pool_window
+        if not _stores_into(func, _texel_outputs(func, pool_window)):
             return None
         try:
-            return self._schedule(UncheckedSchedule(func), func.params, target)
+            return self._schedule(UncheckedSchedule(func), func.params, target, pool_window)
         except s_tir.ScheduleError:
             return None
 
     @staticmethod
-    def _schedule(sch, params, target):
+    def _schedule(sch, params, target, pool_window):
         root = sch.get_sblock("root")
         for block in sch.get_child_blocks(root):
             if not _writes_any(sch, block, params) and _is_spatial(sch, block):
@@ -171,7 +170,7 @@ class TexelWriter(dlight.ScheduleRule):
         blocks = sch.get_child_blocks(root)
         writers = [b for b in blocks if _writes_any(sch, b, params)]
         if (len(blocks) > 2 or len(writers) != 1 or len(sch.get(writers[0]).writes) != 1
-                or not _writes_any(sch, writers[0], _texel_outputs(sch.mod["main"]))):
+                or not _writes_any(sch, writers[0], _texel_outputs(sch.mod["main"], pool_window))):
             return None
         (compute,) = writers
         others = [b for b in blocks if not b.same_as(compute)]
@@ -296,7 +295,9 @@ class EpilogueConv2d(dlight.ScheduleRule):
         return schedule_packed_conv(sch, depthwise_padding=preset.depthwise_padding_in_registers,
                                     channel_blocks=preset.conv_channel_blocks,
                                     texels_ahead=preset.conv_texels_ahead,
-                                    exact_texels=preset.conv_exact_texels)
+                                    exact_texels=preset.conv_exact_texels,
+                                    stage_blocks=preset.pointwise_conv_stage_blocks,
+                                    stage_texels=preset.pointwise_conv_stage_texels)
 
 
 class PackedLayoutTransform(dlight.ScheduleRule):
