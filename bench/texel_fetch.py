@@ -15,7 +15,10 @@ Then a chain of ``--chain`` kernels of a 1x1 conv's shape (a thread a
 pixel and output channel block, N texels ahead, weights from a buffer),
 each reading the map the one before wrote, two maps taking turns, in
 buffers and in images (``chain: buffers``, ``chain: images``, and
-``chain: images, half``: RGBA half-float texels); and as many
+``chain: images, half``: RGBA half-float texels; ``chain: ..., staged``:
+a work-group of up to 4 x 4 pixels and 16 output channel blocks fetching
+16 channel blocks of its pixels into local memory at a time, each texel
+once a work-group, every thread summing them from there); and as many
 kernels each reading one map written before them all (``fan: ...``): the
 median kernel's time, the last map checked against numpy.
 

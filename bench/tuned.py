@@ -277,16 +277,19 @@ def rotations(labels: list, runs: int) -> list[list]:
     return [labels[i % len(labels):] + labels[:i % len(labels)] for i in range(runs)]
 
 
-def measure(directory: Path, device, runs: int, one_shot: bool = False) -> dict:
+def measure(directory: Path, device, runs: int, one_shot: bool = False,
+            contexts: bool = False) -> dict:
     """On the device: every model's builds, taking turns run by run
     (:func:`rotations`).  Each build runs in one session set up once (its
     memory, weights and arguments), as a deployed model runs inference
-    after inference; ``one_shot``: a fresh session every run (allocation,
-    weight upload and the first writes into new images inside the timed
-    kernels)."""
+    after inference, all of a model's sessions in one OpenCL context
+    (``contexts``: a context each, as before 2026-11-29 09:00); ``one_shot``:
+    a fresh session every run (allocation, weight upload and the first
+    writes into new images inside the timed kernels)."""
     from texscope.opencl import replay as rp
     from texscope.opencl.plan import read_plan
     from texscope.opencl.session import Session
+    from texscope.opencl.source import default_device, pyopencl
 
     found = {}
     for root in sorted(p for p in directory.iterdir() if (p / "meta.json").is_file()):
@@ -302,8 +305,11 @@ def measure(directory: Path, device, runs: int, one_shot: bool = False) -> dict:
             runners = {label: lambda plan=plan: rp.replay(plan, inputs, device)
                        for label, plan in plans.items()}
         else:
+            # One context for the model's sessions (``contexts``: one each).
+            shared = None if contexts else pyopencl().Context([device or default_device()])
             sessions = {label: Session(plan, rp.in_order(plan.inputs, inputs), device,
-                                       profile=True) for label, plan in plans.items()}
+                                       profile=True, context=shared)
+                        for label, plan in plans.items()}
             runners = {label: lambda session=session: session.profiled(
                 rp.in_order(session.plan.inputs, inputs)) for label, session in sessions.items()}
         results = {label: [run()] for label, run in runners.items()}
@@ -415,6 +421,9 @@ def main(argv=None) -> int:
     parser.add_argument("--one-shot", action="store_true",
                         help="--replay: every run in a fresh session (memory allocated, "
                              "weights uploaded), as tables before 2026-11-29 06:00 were")
+    parser.add_argument("--context-per-build", action="store_true",
+                        help="--replay: each build's session in an OpenCL context of its own "
+                             "(as tables before 2026-11-29 09:00 were), not one per model")
     parser.add_argument("--repeats", type=int, default=9, help="--tune: runs per median")
     add_markdown_option(parser)
     args = parser.parse_args(argv)
@@ -453,9 +462,12 @@ def main(argv=None) -> int:
     device = pick_device(args.device)
     built = built_at(Path(args.replay))
     print(f"device: {device_line(device)}" + (f"; {built}" if built else ""))
-    lines = table(measure(Path(args.replay), device, args.runs, args.one_shot))
+    lines = table(measure(Path(args.replay), device, args.runs, args.one_shot,
+                          args.context_per_build))
     how = ("each run a fresh session (memory allocated, weights uploaded)" if args.one_shot
-           else "each build's session set up once, then inference after inference")
+           else "each build's session set up once, then inference after inference, "
+           + ("each session in an OpenCL context of its own" if args.context_per_build
+              else "a model's sessions in one OpenCL context"))
     with Recorded(args.markdown, "tuned.py", device_line(device), raw=True, built=built):
         print(f"Median of {args.runs} runs per build, {how}.\n\n" + "\n".join(lines))
     return 0

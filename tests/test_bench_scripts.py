@@ -211,18 +211,21 @@ def test_kernel_pairs_exports_with_a_preset_option_set(tmp_path):
 def test_texel_fetch_times_each_storage_and_checks_each_sum(tmp_path):
     """Five kernels a map (buffer and image, one fetch at a time and N
     ahead, an image output), a chain of three 1x1 convs in buffers and in
-    images and a fan of three reading one map, each checked against numpy: a map of 20 channel blocks
-    leaves a partial step of 16 ahead; the section goes to
-    docs/benchmarks.md with --markdown; a bad --ahead is refused."""
+    images, the same staged in local memory, and a fan of three reading one
+    map, each checked against numpy: a map of 20 channel blocks leaves a
+    partial step of 16 ahead and a partial stage of 16 (its work-group 2 x 1
+    pixels x 4 output blocks); the section goes to docs/benchmarks.md with
+    --markdown; a bad --ahead is refused."""
     done = _bench("texel_fetch.py", "6x5x20", "--repeat", "1", "--chain", "3", "--markdown",
                   markdown=tmp_path / "bench.md")
     rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| 6x5x20")]
     assert [row[1] for row in rows] == ["buffer", "buffer, 16 ahead", "image", "image, 16 ahead",
                                         "image, 16 ahead, image out", "chain: buffers",
-                                        "chain: images", "chain: images, half", "fan: buffers",
-                                        "fan: images"]
+                                        "chain: images", "chain: images, half",
+                                        "chain: buffers, staged", "chain: images, staged",
+                                        "fan: buffers", "fan: images"]
     assert all(row[-1] == "yes |" for row in rows)
-    assert rows[0][3] == rows[5][3] == rows[8][3] == "1.00"
+    assert rows[0][3] == rows[5][3] == rows[10][3] == "1.00"
     assert "| 6x5x20 | image, 16 ahead |" in (tmp_path / "bench.md").read_text()
     done = _bench("texel_fetch.py", "--ahead", "0", check=False)
     assert done.returncode == 2 and done.stdout == ""
@@ -346,7 +349,7 @@ def test_the_tuned_builds_are_built_for_the_target_the_export_was(tmp_path, monk
     assert f"--target mali-opencl: {tmp_path} was exported for nvidia-opencl" in done.stderr
 
 
-def test_the_tuned_replay_sets_each_build_up_once_unless_one_shot(tmp_path, monkeypatch):
+def test_the_tuned_replay_sets_each_build_up_once_in_one_context_unless_asked(tmp_path, monkeypatch):
     pytest.importorskip("pyopencl")
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
@@ -375,19 +378,24 @@ def test_the_tuned_replay_sets_each_build_up_once_unless_one_shot(tmp_path, monk
         "model": "relu", "set_build_s": 0.1, "builds": labels,
         "predicted_s": {label: 1e-6 for label in [*labels, tuned.AGAIN]}}))
     (root / "tuning.json").write_text("{}")
-    made = []
+    made, contexts = [], []
 
     class Counted(opencl_session.Session):
         def __init__(self, *args, **kwargs):
             made.append(args[0])
             super().__init__(*args, **kwargs)
+            contexts.append(self.queue.context.int_ptr)
 
     monkeypatch.setattr(opencl_session, "Session", Counted)
     monkeypatch.setattr(opencl_replay, "Session", Counted)
     found = tuned.measure(tmp_path, None, 9)
     assert len(made) == 5  # four builds and the all-buffer one again, each set up once
+    assert len(set(contexts)) == 1  # in one OpenCL context
     rows = found["relu"]["rows"]
     assert all(row["ok"] and row["seconds"] > 0 for row in rows.values())
+    made.clear(), contexts.clear()
+    tuned.measure(tmp_path, None, 9, contexts=True)
+    assert len(made) == len(set(contexts)) == 5  # a context each
     made.clear()
     tuned.measure(tmp_path, None, 9, one_shot=True)
     assert len(made) == 5 * 10  # a first run to check the outputs, then 9 timed

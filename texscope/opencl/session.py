@@ -140,6 +140,11 @@ class Session:
     jobs : int
         Programs compiled at once for a source of many kernels (see
         :func:`texscope.opencl.source.compiled_kernels`).
+    context : pyopencl.Context, optional
+        A context on ``device`` to hold the session (its programs, queue and
+        memory), shared with other sessions; a new one by default.  Sessions
+        taking turns in one context run as one application's models do; in
+        contexts of their own, NVIDIA's driver switches between them.
 
     Raises
     ------
@@ -150,7 +155,7 @@ class Session:
     """
 
     def __init__(self, plan: Plan, inputs=None, device=None, profile: bool = False,
-                 jobs: int = 1):
+                 jobs: int = 1, context=None):
         cl = self.cl = pyopencl()
         if plan.is_symbolic:
             if inputs is None:
@@ -159,7 +164,7 @@ class Session:
             plan = resolved(plan, bind_sizes(plan, inputs))
         self.plan = plan
         self.device = device or default_device()
-        context, programs = compiled_kernels(plan.source, self.device, jobs)
+        context, programs = compiled_kernels(plan.source, self.device, jobs, context)
         properties = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(context, properties=properties)
         self.memory = DeviceMemory(cl, context, self.queue, plan.target)

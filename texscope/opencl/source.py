@@ -108,12 +108,16 @@ def compiled(source: str, device):
 def _context(source: str, device):
     """A context on ``device``, after checking it has the extensions
     ``source`` needs."""
+    _check_extensions(source, device)
+    return pyopencl().Context([device])
+
+
+def _check_extensions(source: str, device) -> None:
     if missing := missing_extensions(source, device):
         raise TexscopeError(
             f"{device.name.strip()} lacks {', '.join(missing)}, which these kernels need "
             "(float16 tensors are computed in half precision): run them on a device that "
             "has it (Adreno and Mali GPUs do) or build the model in float32")
-    return pyopencl().Context([device])
 
 
 def _build(context, source: str, device):
@@ -150,16 +154,19 @@ def source_parts(source: str, parts: int) -> list[str]:
     return [head + "\n".join(group) + "\n" for group in grouped]
 
 
-def compiled_kernels(source: str, device, jobs: int = 1):
+def compiled_kernels(source: str, device, jobs: int = 1, context=None):
     """(context, {kernel name: program}): ``source`` built as up to ``jobs``
     programs compiled at once, one thread each (a driver compiles a program
-    on one core; a tuning set holds hundreds of kernels).  Errors as
+    on one core; a tuning set holds hundreds of kernels), in ``context``
+    where given (one on ``device``), else in a new one.  Errors as
     :func:`compiled`."""
     parts = source_parts(source, jobs) if len(KERNEL.findall(source)) >= PARALLEL_FROM else [source]
+    _check_extensions(source, device)
+    if context is None:
+        context = pyopencl().Context([device])
     if len(parts) == 1:
-        context, program = compiled(source, device)
+        program = _build(context, source, device)
         return context, {name: program for name in kernel_signatures(source)}
-    context = _context(source, device)
     with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
         programs = list(pool.map(lambda part: _build(context, part, device), parts))
     return context, {name: program for part, program in zip(parts, programs)
