@@ -149,12 +149,14 @@ def test_timed_tuning_file_round_trips(two_convs_set, tmp_path):
     assert len(loaded["copies"]) == len(manifest["copies"])
     assert all(c["seconds"] > 0 for c in loaded["copies"])
     assert 0 < loaded["set_up_s"] <= loaded["timed_s"]
-    # A variant with a texture is priced by the runs as they are (cold), one
-    # of buffers only by the second of two runs in a row (warm); copies cold.
+    # A variant with a texture is priced by the runs with its images touched
+    # just before it (chained), one of buffers only by the second of two runs
+    # in a row (warm); copies by the runs as they are (cold).
     for kernel in loaded["kernels"].values():
         for v in kernel["variants"]:
             textured = any(is_texture_scope(s) for s in v["scopes"])
-            assert v["seconds"] == v["cold_seconds" if textured else "warm_seconds"]
+            assert v["seconds"] == v["chained_seconds" if textured else "warm_seconds"]
+            assert all(v[f"{state}_seconds"] > 0 for state in ("cold", "warm", "chained"))
     assert all(c["seconds"] == c["cold_seconds"] for c in loaded["copies"])
     result = build(two_convs(), TARGET, tuning=path)
     assert len(result.report.kernels) == 4 and result.report.untuned == ()
@@ -604,3 +606,29 @@ def test_twin_branches_are_both_tuned(tmp_path):
     result = build(twin_branches(), TARGET, tuning=document)
     assert result.report.untuned == ()
     assert len(result.report.kernels) >= 5  # the stem, each branch's two convs
+
+
+def test_neighbours_touch_each_image_a_kernel_uses_and_change_no_value(two_convs_set):
+    """Before each kernel of the set's program, an untimed rewrite of every
+    image it reads and a read of every image it writes; the program's
+    outputs are the same bits with them as without."""
+    pytest.importorskip("pyopencl")
+    from texscope.opencl.neighbours import Neighbours
+    from texscope.opencl.plan import KernelStep, TensorArg, read_plan
+    from texscope.opencl.replay import random_inputs
+    from texscope.opencl.session import Session
+    from texscope.opencl.source import default_device
+
+    plan = read_plan(two_convs_set / tuning.PROGRAM)
+    inputs = random_inputs(plan)
+    session = Session(plan, inputs, default_device(), profile=True)
+    plain = session.profiled(inputs)
+    neighbours = Neighbours(session)
+    images = {index: sum(isinstance(a, TensorArg) and plan.spec(a.tensor).is_texture
+                         for a in step.args)
+              for index, step in enumerate(plan.steps) if isinstance(step, KernelStep)}
+    assert {i: len(t) for i, t in neighbours.before.items()} == \
+        {i: n for i, n in images.items() if n}
+    assert neighbours.launches == sum(images.values()) > 0
+    touched = session.profiled(inputs, before=neighbours.before)
+    assert all(np.array_equal(a, b) for a, b in zip(plain.outputs, touched.outputs))

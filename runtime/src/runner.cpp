@@ -363,6 +363,9 @@ Session::~Session() { release(); }
 void Session::release() {
   for (cl_kernel kernel : kernels_) cl_.clReleaseKernel(kernel);
   for (const auto& memory : memory_) cl_.clReleaseMemObject(memory->mem);
+  if (neighbours_program_) cl_.clReleaseProgram(neighbours_program_);
+  neighbours_program_ = nullptr;
+  neighbours_.clear();
   if (program_) cl_.clReleaseProgram(program_);
   if (queue_) cl_.clReleaseCommandQueue(queue_);
   if (context_) cl_.clReleaseContext(context_);
@@ -499,8 +502,9 @@ void Session::enqueue(const Command& c, cl_event* event) {
   const size_t origin[3] = {0, 0, 0};
   switch (c.kind) {
     case Command::Launch:
-      check(cl_.clEnqueueNDRangeKernel(queue_, c.kernel, c.dims, nullptr, c.global, c.local, 0,
-                                       nullptr, event),
+      // A local size of 0: the driver's choice (a neighbour's launch).
+      check(cl_.clEnqueueNDRangeKernel(queue_, c.kernel, c.dims, nullptr, c.global,
+                                       c.local[0] ? c.local : nullptr, 0, nullptr, event),
             ("clEnqueueNDRangeKernel " + plan_.steps[c.step].kernel).c_str());
       return;
     case Command::CopyBuffer:
@@ -547,8 +551,63 @@ void Session::read_back(const Memory& memory, Array& out) {
                                   out.data.data(), 0, nullptr, nullptr), "clEnqueueReadBuffer");
 }
 
+void Session::add_neighbours(const std::string& source) {
+  cl_int status = CL_SUCCESS;
+  const char* text = source.c_str();
+  size_t length = source.size();
+  neighbours_program_ = cl_.clCreateProgramWithSource(context_, 1, &text, &length, &status);
+  check(status, "clCreateProgramWithSource (neighbours)");
+  check(cl_.clBuildProgram(neighbours_program_, 1, &device_.id, "", nullptr, nullptr),
+        "clBuildProgram (neighbours)");
+  const Memory& sink = workspace("\nneighbours' sink", sizeof(float));
+  std::map<const Memory*, const Memory*> clones;
+  const auto declared = kernel_signatures(plan_.source);
+  auto launch = [&](const char* name, const Memory& first, const Memory& second) {
+    cl_kernel kernel = cl_.clCreateKernel(neighbours_program_, name, &status);
+    check(status, (std::string("clCreateKernel ") + name).c_str());
+    kernels_.push_back(kernel);
+    check(cl_.clSetKernelArg(kernel, 0, sizeof(cl_mem), &first.mem), "clSetKernelArg");
+    check(cl_.clSetKernelArg(kernel, 1, sizeof(cl_mem), &second.mem), "clSetKernelArg");
+    Command command{};
+    command.kind = Command::Launch;
+    command.kernel = kernel;
+    command.dims = 3;
+    const Memory& image = std::string(name) == "texscope_read_image" ? first : second;
+    std::copy(image.region, image.region + 3, command.global);
+    std::fill(command.local, command.local + 3, size_t(0));
+    return command;
+  };
+  neighbours_.assign(commands_.size(), {});
+  for (size_t c = 0; c < commands_.size(); ++c) {
+    if (commands_[c].kind != Command::Launch) continue;
+    const Step& step = plan_.steps[commands_[c].step];
+    const std::vector<std::string>& params = declared.at(step.kernel);
+    for (size_t position = 0; position < step.args.size(); ++position) {
+      const Arg& arg = step.args[position];
+      if (arg.kind != Arg::Tensor || !plan_.spec(arg.name).is_texture()) continue;
+      const Memory& image = *by_name_.at(arg.name);
+      if (params[position].find("read_only") != std::string::npos) {
+        if (!clones.count(&image)) {
+          TensorSpec copy = plan_.spec(arg.name);
+          copy.name = "\nclone of " + arg.name;
+          const Memory& clone = allocate(copy);
+          const size_t origin[3] = {0, 0, 0};
+          check(cl_.clEnqueueCopyImage(queue_, image.mem, clone.mem, origin, origin,
+                                       image.region, 0, nullptr, nullptr), "clEnqueueCopyImage");
+          clones[&image] = &clone;
+        }
+        neighbours_[c].push_back(launch("texscope_rewrite_image", *clones[&image], image));
+      } else if (params[position].find("write_only") != std::string::npos) {
+        neighbours_[c].push_back(launch("texscope_read_image", image, sink));
+      }
+    }
+  }
+  check(cl_.clFinish(queue_), "clFinish");
+}
+
 std::vector<CommandTime> Session::run(const std::vector<Array>& inputs,
-                                      std::vector<Array>& outputs, int each) {
+                                      std::vector<Array>& outputs, int each,
+                                      bool with_neighbours) {
   staged_inputs_.clear();
   for (size_t i = 0; i < inputs.size(); ++i) upload(plan_.spec(plan_.inputs[i]), inputs[i], true);
   std::vector<cl_event> events(commands_.size());
@@ -560,6 +619,8 @@ std::vector<CommandTime> Session::run(const std::vector<Array>& inputs,
     for (int time = 0; time < each; ++time)
       for (size_t i = first; i < last; ++i) {
         if (time > 0) cl_.clReleaseEvent(events[i]);
+        if (with_neighbours && i < neighbours_.size())
+          for (const Command& neighbour : neighbours_[i]) enqueue(neighbour, nullptr);
         enqueue(commands_[i], &events[i]);
       }
     first = last;

@@ -57,7 +57,13 @@ class Session {
   // plan's order.  With `each` > 1 every step runs that many times in a row
   // and the last is timed (its operands then in the caches).
   std::vector<CommandTime> run(const std::vector<Array>& inputs, std::vector<Array>& outputs,
-                               int each = 1);
+                               int each = 1, bool with_neighbours = false);
+  // Untimed kernels `source` defines (texscope/opencl/neighbours.py's
+  // SOURCE) before each launch that reads or writes an image, for
+  // run(..., with_neighbours): every image it reads rewritten with its own
+  // texels from a clone (made now: call after a run), every image it
+  // writes read.
+  void add_neighbours(const std::string& source);
   // One inference without events, as an application runs one: the host's
   // wall time (seconds) from the first upload to the last output read, and
   // the part of it spent issuing the uploads and launches (the host's own
@@ -93,10 +99,12 @@ class Session {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   cl_program program_ = nullptr;
+  cl_program neighbours_program_ = nullptr;
   std::vector<std::unique_ptr<Memory>> memory_;
   std::map<std::string, Memory*> by_name_;
   std::vector<cl_kernel> kernels_;
   std::vector<Command> commands_;
+  std::vector<std::vector<Command>> neighbours_;  // per command, untimed, before it
   std::vector<Array> staged_inputs_;
   size_t allocated_bytes_ = 0;
 };

@@ -27,6 +27,7 @@ constexpr int kTuningVersion = 1;
 constexpr const char* kSetManifest = "tuning-set.json";
 constexpr const char* kProgram = "program";
 constexpr int kWarmEach = 2;  // as texscope/opencl/tune.py's WARM_EACH
+constexpr const char* kNeighbours = "neighbours.cl";  // tuning.py's NEIGHBOURS
 
 Json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -131,6 +132,12 @@ void tune(const TuneOptions& o) {
       if (!steps.count(entry["binding"].get<std::string>()))
         throw Error(root + ": the program runs nothing for binding '" +
                     entry["binding"].get<std::string>() + "'");
+  const std::string neighbours_path = root + "/" + kNeighbours;
+  std::ifstream neighbours_file(neighbours_path, std::ios::binary);
+  if (!neighbours_file)
+    throw Error(root + ": no " + kNeighbours + " (a set written before 2026-11-29 09:30): "
+                "write it again with `texscope tune MODEL -o DIR`");
+  const std::string neighbours((std::istreambuf_iterator<char>(neighbours_file)), {});
   const std::vector<Array> inputs = random_inputs(plan, 0);
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
@@ -139,31 +146,41 @@ void tune(const TuneOptions& o) {
   const double set_up_s = std::chrono::duration<double>(Clock::now() - started).count();
 
   // Timed as python -m texscope.opencl.tune times (its WARM_EACH says why):
-  // each run as it is ("cold") and with every step twice in a row ("warm").
+  // each run as it is ("cold"), with every step twice in a row ("warm"),
+  // and with each kernel's images touched just before it ("chained").
   std::vector<Array> outputs;
   session.run(inputs, outputs, kWarmEach);
+  session.add_neighbours(neighbours);
   progress(1, o.repeats + 1, "warm-up");
-  std::map<std::string, std::vector<double>> cold, warm;
+  std::map<std::string, std::vector<double>> cold, warm, chained;
+  struct State {
+    std::map<std::string, std::vector<double>>* runs;
+    int each;
+    bool with_neighbours;
+  };
   for (int run = 0; run < o.repeats; ++run) {
-    for (auto [runs, each] : {std::pair{&cold, 1}, std::pair{&warm, kWarmEach}}) {
+    for (State state : {State{&cold, 1, false}, State{&warm, kWarmEach, false},
+                        State{&chained, 1, true}}) {
       std::map<std::string, double> totals;
-      for (const CommandTime& command : session.run(inputs, outputs, each))
+      for (const CommandTime& command :
+           session.run(inputs, outputs, state.each, state.with_neighbours))
         totals[command.binding] += command.seconds;
-      for (const auto& [binding, seconds] : totals) (*runs)[binding].push_back(seconds);
+      for (const auto& [binding, seconds] : totals) (*state.runs)[binding].push_back(seconds);
     }
     progress(run + 2, o.repeats + 1, "run " + std::to_string(run + 1));
   }
-  // The median of the cold or warm runs and, as the planner's noise margin,
-  // their fastest and slowest; both medians beside them.
-  auto timed_of = [&](const Json& entry, bool priced_cold) {
+  // The median of the runs in one state and, as the planner's noise margin,
+  // their fastest and slowest; every state's median beside them.
+  auto timed_of = [&](const Json& entry, const std::map<std::string, std::vector<double>>& by) {
     const std::string binding = entry["binding"].get<std::string>();
     if (!cold.count(binding))
       throw Error(root + ": the program runs nothing for binding '" + binding + "'");
-    const std::vector<double>& runs = (priced_cold ? cold : warm).at(binding);
+    const std::vector<double>& runs = by.at(binding);
     const auto [fastest, slowest] = std::minmax_element(runs.begin(), runs.end());
     return Json{{"seconds", median(runs)}, {"min_seconds", *fastest},
                 {"max_seconds", *slowest}, {"cold_seconds", median(cold.at(binding))},
-                {"warm_seconds", median(warm.at(binding))}};
+                {"warm_seconds", median(warm.at(binding))},
+                {"chained_seconds", median(chained.at(binding))}};
   };
   auto textured = [](const Json& scopes) {
     for (const Json& scope : scopes)
@@ -177,7 +194,7 @@ void tune(const TuneOptions& o) {
                     {"shapes", kernel["shapes"]}, {"variants", Json::array()}};
   for (const Json& variant : manifest["variants"]) {
     Json timed = {{"scopes", variant["scopes"]}};
-    timed.update(timed_of(variant, textured(variant["scopes"])));
+    timed.update(timed_of(variant, textured(variant["scopes"]) ? chained : warm));
     kernels[variant["kernel"].get<std::string>()]["variants"].push_back(timed);
   }
   Json copies = Json::array();
@@ -185,7 +202,7 @@ void tune(const TuneOptions& o) {
     Json timed = Json::object();
     for (const auto& [field, value] : copy.items())
       if (field != "binding") timed[field] = value;
-    timed.update(timed_of(copy, true));
+    timed.update(timed_of(copy, cold));
     copies.push_back(timed);
   }
   const Device::Info facts = device.info();
@@ -215,9 +232,10 @@ void tune(const TuneOptions& o) {
       {"method", "texscope-run --tune: OpenCL profiling events, one warm-up run, then " +
                      std::to_string(o.repeats) + " times the whole tuning program as it is (cold) "
                      "and with each command run " + std::to_string(kWarmEach) +
-                     " times in a row, the last timed (warm); median: warm for variants of "
-                     "buffers only, cold for variants with a texture and for copies (min and "
-                     "max: the fastest and slowest)"},
+                     " times in a row, the last timed (warm), and with each kernel's input "
+                     "images rewritten and output images read just before it (chained); "
+                     "median: warm for variants of buffers only, chained for variants with a "
+                     "texture, cold for copies (min and max: the fastest and slowest)"},
       {"kernels", kernels},
       {"copies", copies}};
   std::ofstream out(o.output);

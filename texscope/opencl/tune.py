@@ -5,8 +5,9 @@ program (every variant of every kernel, and every copy a plan could need,
 each one binding: :mod:`texscope.backend.tuning.tuning_set`) is set up once
 as a profiled :class:`~texscope.opencl.session.Session` (its hundreds of
 kernels compiled as several programs at once, ``--jobs``), runs once to warm
-up, then ``--repeats`` times as it is and with each command twice in a row
-(see :data:`WARM_EACH`); a variant's time is the median over the runs of its
+up, then ``--repeats`` times as it is, with each command twice in a row,
+and with each kernel's images touched just before it (see :data:`WARM_EACH`);
+a variant's time is the median over the runs of its
 launches' summed profiling-event time, a copy's likewise; the
 fastest and slowest run are kept beside it (``min_seconds``,
 ``max_seconds``): the spread the planner's guard weighs.  The tuning file
@@ -28,6 +29,7 @@ from pathlib import Path
 from ..errors import TexscopeError
 from ..knowledge.scopes import is_texture_scope
 from .calibrate import Progress, describe_device
+from .neighbours import Neighbours
 from .plan import read_plan
 from .replay import random_inputs
 from .session import Session
@@ -44,9 +46,13 @@ DEFAULT_REPEATS = 9
 # models what they took warm (summed, set / model 0.92-1.04; cold
 # 1.25-1.40), and kernels reading or writing images what they took cold
 # (cold 0.89-1.09; warm 0.55-0.70): an image another kernel just wrote is not in the texture
-# cache.  So a variant with a texture operand, and a copy, is priced cold,
-# a variant of buffers only warm; the file keeps both medians.
+# cache.  A third time each kernel reading or writing an image has
+# :class:`~texscope.opencl.neighbours.Neighbours` (its input images just
+# rewritten by a kernel, its output images just read; "chained"), as in a
+# model.  A variant with a texture operand is priced chained, a copy cold,
+# a variant of buffers only warm; the file keeps the three medians.
 WARM_EACH = 2
+STATES = ("cold", "warm", "chained")
 
 
 def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=None,
@@ -63,27 +69,28 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     progress.step("compiled and set up")
     set_up_s = time.perf_counter() - started
     session.profiled(inputs, WARM_EACH)
+    neighbours = Neighbours(session).before
     progress.step("warm-up")
-    per_binding: dict[str, dict[str, list[float]]] = {"cold": {}, "warm": {}}
+    per_binding: dict[str, dict[str, list[float]]] = {state: {} for state in STATES}
     for run in range(repeats):
-        for state, each in (("cold", 1), ("warm", WARM_EACH)):
+        for state, each, before in (("cold", 1, None), ("warm", WARM_EACH, None),
+                                    ("chained", 1, neighbours)):
             totals: dict[str, float] = {}
-            for command in session.profiled(inputs, each).times:
+            for command in session.profiled(inputs, each, before).times:
                 totals[command.binding] = totals.get(command.binding, 0.0) + command.seconds
             for binding, seconds in totals.items():
                 per_binding[state].setdefault(binding, []).append(seconds)
         progress.step(f"run {run + 1}")
 
-    def timed(binding: str, cold: bool) -> dict:
-        """The median of the runs (cold or warm) and, as the planner's noise
-        margin, the fastest and slowest; both medians beside them."""
+    def timed(binding: str, state: str) -> dict:
+        """The median of the runs in ``state`` and, as the planner's noise
+        margin, the fastest and slowest; every state's median beside them."""
         if binding not in per_binding["cold"]:
             raise TexscopeError(f"{root}: the program runs nothing for binding {binding!r}")
-        runs = per_binding["cold" if cold else "warm"][binding]
+        runs = per_binding[state][binding]
         return {"seconds": statistics.median(runs), "min_seconds": min(runs),
                 "max_seconds": max(runs),
-                "cold_seconds": statistics.median(per_binding["cold"][binding]),
-                "warm_seconds": statistics.median(per_binding["warm"][binding])}
+                **{f"{s}_seconds": statistics.median(per_binding[s][binding]) for s in STATES}}
 
     kernels = {key: {"name": kernel["name"], "positions": kernel["positions"],
                      "shapes": kernel["shapes"], "variants": []}
@@ -91,8 +98,9 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     for variant in manifest["variants"]:
         kernels[variant["kernel"]]["variants"].append(
             {"scopes": variant["scopes"],
-             **timed(variant["binding"], any(map(is_texture_scope, variant["scopes"])))})
-    copies = [{**{k: v for k, v in copy.items() if k != "binding"}, **timed(copy["binding"], True)}
+             **timed(variant["binding"], "chained" if any(map(is_texture_scope, variant["scopes"]))
+                     else "warm")})
+    copies = [{**{k: v for k, v in copy.items() if k != "binding"}, **timed(copy["binding"], "cold")}
               for copy in manifest["copies"]]
     return {
         "format": tuning.FORMAT,
@@ -107,9 +115,11 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
         "timed_s": round(time.perf_counter() - started, 2),
         "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
                    f"then {repeats} times the whole tuning program as it is (cold) and with "
-                   f"each command run {WARM_EACH} times in a row, the last timed (warm); "
-                   f"median: warm for variants of buffers only, cold for variants with a "
-                   f"texture and for copies (min and max: the fastest and slowest)"),
+                   f"each command run {WARM_EACH} times in a row, the last timed (warm), and "
+                   f"with each kernel's input images rewritten and output images read just "
+                   f"before it (chained); median: warm for variants of buffers only, chained "
+                   f"for variants with a texture, cold for copies (min and max: the fastest "
+                   f"and slowest)"),
         "kernels": kernels,
         "copies": copies,
     }

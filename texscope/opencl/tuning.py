@@ -30,6 +30,9 @@ FORMAT = "texscope-tuning"
 VERSION = 1
 SET_MANIFEST = "tuning-set.json"
 PROGRAM = "program"
+# The untimed neighbours' OpenCL (texscope.opencl.neighbours.SOURCE), beside
+# the program, for tuners that are not this package (texscope-run --tune).
+NEIGHBOURS = "neighbours.cl"
 
 
 def read_set(directory) -> dict:

@@ -39,7 +39,7 @@ from ...errors import TexscopeError
 from ...ir.graph import CALL_TIR, static_dims, static_shape
 from ...ir.rebuild import with_vdevice
 from ...knowledge.targets import VDeviceTable, host_target, is_texture_scope, texture_target
-from ...opencl import tuning as tuning_format
+from ...opencl import neighbours, tuning as tuning_format
 from ...opencl.executor import plan_of
 from ...diagnostics.report import Report
 from ..build import (TIR_PIPELINE_MANY_KERNELS, BuildResult, after_fusion_passes,
@@ -204,6 +204,7 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     plan = attrs.evolve(plan, source=_declared_once(plan.source))
     (root / tuning_format.PROGRAM).mkdir(parents=True)
     plan.write(root / tuning_format.PROGRAM)
+    (root / tuning_format.NEIGHBOURS).write_text(neighbours.SOURCE)
     kernels = {key: {"name": entry["name"], "positions": entry["positions"],
                      "shapes": [list(static_dims(ty.shape)) for ty in entry["types"]],
                      "scopes": [sorted(s) for s in entry["scopes"]]}
