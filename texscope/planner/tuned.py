@@ -480,8 +480,14 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced) -> "Verdict
     """Keep the optimum ``best`` only where it beats the better extreme of
     ``priced`` (label: solution, None where not priced) by more than the
     margin: the spread of the measurements where the two differ when the
-    file records it (the optimum at its slowest runs against the extreme at
-    its fastest), else :data:`TUNING_MARGIN` of the extreme's time."""
+    file records it (the optimum's kernels and copies at their slowest runs,
+    the extreme's at their fastest, added as independent errors: the root
+    of the sum of squares), else :data:`TUNING_MARGIN` of the extreme's
+    time.  Added outright, the spreads grew with the kernels that differ:
+    zoo/chain64's optimum, 13% under all-buffer by its H200 tuning file,
+    met a margin of 17% over its 130 differing kernels and was dropped for
+    all-buffer, which ran 1.13-1.16x the default plan close to it
+    (docs/benchmarks.md)."""
     tuned_s = float(np.dot(cost, best))
     times = tuple((label, None if x is None else float(np.dot(cost, x)))
                   for label, x in priced.items())
@@ -496,9 +502,11 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced) -> "Verdict
     repeats = measured.document.get("repeats")
     if measured.records_spread and isinstance(repeats, int) and repeats >= SPREAD_RUNS:
         only_tuned, only_extreme = (best == 1) & (extreme == 0), (extreme == 1) & (best == 0)
-        margin_s = float(np.dot(high - cost, only_tuned) + np.dot(cost - low, only_extreme))
+        margin_s = math.sqrt(float(np.dot((high - cost) ** 2, only_tuned)
+                                   + np.dot((cost - low) ** 2, only_extreme)))
         source = (f"the tuning file's spread over {repeats} runs: the tuned plan's kernels and "
-                  f"copies that differ from {label}'s at their slowest, {label}'s at their fastest")
+                  f"copies that differ from {label}'s at their slowest, {label}'s at their "
+                  f"fastest, as independent errors (root of the sum of squares)")
     else:
         margin_s = TUNING_MARGIN.value * abs(extreme_s)
         why = ("records no measurement spread" if not measured.records_spread else
