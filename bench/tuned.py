@@ -335,6 +335,17 @@ def measure(directory: Path, device, runs: int, one_shot: bool = False,
     return found
 
 
+def as_json(found: dict) -> dict:
+    """What ``--json`` writes: per model and build, the median time, the
+    predicted time, whether it matched the CPU, and each command's median
+    (binding, kernel, seconds)."""
+    return {model: {label: {"seconds": row["seconds"], "predicted_s": row["predicted"],
+                            "ok": row["ok"],
+                            "commands": [[t.binding, t.kernel, t.seconds] for t in row["times"]]}
+                    for label, row in entry["rows"].items()}
+            for model, entry in found.items()}
+
+
 def moved(builds: dict, gains: int = 3, losses: int = 2) -> tuple[str, list]:
     """The better extreme, and the commands of the tuned build whose median
     time moved most against it (matched by binding): the ``gains`` that
@@ -424,6 +435,9 @@ def main(argv=None) -> int:
     parser.add_argument("--context-per-build", action="store_true",
                         help="--replay: each build's session in an OpenCL context of its own "
                              "(as tables before 2026-11-29 09:00 were), not one per model")
+    parser.add_argument("--json", metavar="FILE",
+                        help="--replay: write every build's time, predicted time and "
+                             "per-command medians here")
     parser.add_argument("--repeats", type=int, default=9, help="--tune: runs per median")
     add_markdown_option(parser)
     args = parser.parse_args(argv)
@@ -462,8 +476,10 @@ def main(argv=None) -> int:
     device = pick_device(args.device)
     built = built_at(Path(args.replay))
     print(f"device: {device_line(device)}" + (f"; {built}" if built else ""))
-    lines = table(measure(Path(args.replay), device, args.runs, args.one_shot,
-                          args.context_per_build))
+    found = measure(Path(args.replay), device, args.runs, args.one_shot, args.context_per_build)
+    if args.json:
+        Path(args.json).write_text(json.dumps(as_json(found), indent=1) + "\n")
+    lines = table(found)
     how = ("each run a fresh session (memory allocated, weights uploaded)" if args.one_shot
            else "each build's session set up once, then inference after inference, "
            + ("each session in an OpenCL context of its own" if args.context_per_build

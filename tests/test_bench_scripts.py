@@ -393,6 +393,12 @@ def test_the_tuned_replay_sets_each_build_up_once_in_one_context_unless_asked(tm
     assert len(set(contexts)) == 1  # in one OpenCL context
     rows = found["relu"]["rows"]
     assert all(row["ok"] and row["seconds"] > 0 for row in rows.values())
+    written = json.loads(json.dumps(tuned.as_json(found)))  # what --json writes
+    assert set(written["relu"]) == {*labels, tuned.AGAIN}
+    assert all(build["predicted_s"] == 1e-6 and build["ok"]
+               and [c[:2] for c in build["commands"]] == [[t.binding, t.kernel]
+                                                          for t in rows["tuned"]["times"]]
+               for build in written["relu"].values())
     made.clear(), contexts.clear()
     tuned.measure(tmp_path, None, 9, contexts=True)
     assert len(made) == len(set(contexts)) == 5  # a context each

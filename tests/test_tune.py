@@ -149,13 +149,11 @@ def test_timed_tuning_file_round_trips(two_convs_set, tmp_path):
     assert len(loaded["copies"]) == len(manifest["copies"])
     assert all(c["seconds"] > 0 for c in loaded["copies"])
     assert 0 < loaded["set_up_s"] <= loaded["timed_s"]
-    # A variant with a texture is priced by the runs with its images touched
-    # just before it (chained), one of buffers only by the second of two runs
-    # in a row (warm); copies by the runs as they are (cold).
+    # A variant is priced by the runs with its maps touched just before it
+    # (chained); copies by the runs as they are (cold).
     for kernel in loaded["kernels"].values():
         for v in kernel["variants"]:
-            textured = any(is_texture_scope(s) for s in v["scopes"])
-            assert v["seconds"] == v["chained_seconds" if textured else "warm_seconds"]
+            assert v["seconds"] == v["chained_seconds"]
             assert all(v[f"{state}_seconds"] > 0 for state in ("cold", "warm", "chained"))
     assert all(c["seconds"] == c["cold_seconds"] for c in loaded["copies"])
     result = build(two_convs(), TARGET, tuning=path)
@@ -612,10 +610,11 @@ def test_twin_branches_are_both_tuned(tmp_path):
     assert len(result.report.kernels) >= 5  # the stem, each branch's two convs
 
 
-def test_neighbours_touch_each_image_a_kernel_uses_and_change_no_value(two_convs_set):
+def test_neighbours_touch_each_map_a_kernel_uses_and_change_no_value(two_convs_set):
     """Before each kernel of the set's program, an untimed rewrite of every
-    image it reads and a read of every image it writes; the program's
-    outputs are the same bits with them as without."""
+    map it reads (not its weights, which the manifest names) and a read of
+    every image it writes; the program's outputs are the same bits with them
+    as without."""
     pytest.importorskip("pyopencl")
     from texscope.opencl.neighbours import Neighbours
     from texscope.opencl.plan import KernelStep, TensorArg, read_plan
@@ -625,14 +624,22 @@ def test_neighbours_touch_each_image_a_kernel_uses_and_change_no_value(two_convs
 
     plan = read_plan(two_convs_set / tuning.PROGRAM)
     inputs = random_inputs(plan)
+    manifest = tuning.read_set(two_convs_set)
+    weights = {name for variant in manifest["variants"] for name in variant["weights"]}
+    positions = {v["binding"]: manifest["kernels"][v["kernel"]]["positions"]
+                 for v in manifest["variants"]}
+    assert weights and all(len(v["weights"]) == sum(p.startswith("w")
+                                                    for p in positions[v["binding"]])
+                           for v in manifest["variants"])
     session = Session(plan, inputs, default_device(), profile=True)
     plain = session.profiled(inputs)
-    neighbours = Neighbours(session)
-    images = {index: sum(isinstance(a, TensorArg) and plan.spec(a.tensor).is_texture
-                         for a in step.args)
-              for index, step in enumerate(plan.steps) if isinstance(step, KernelStep)}
+    neighbours = Neighbours(session, frozenset(weights))
+    touched_args = {index: sum(isinstance(a, TensorArg) and a.tensor not in weights
+                               and (plan.spec(a.tensor).is_texture or a.tensor in plan.inputs)
+                               for a in step.args)
+                    for index, step in enumerate(plan.steps) if isinstance(step, KernelStep)}
     assert {i: len(t) for i, t in neighbours.before.items()} == \
-        {i: n for i, n in images.items() if n}
-    assert neighbours.launches == sum(images.values()) > 0
+        {i: n for i, n in touched_args.items() if n}
+    assert neighbours.launches == sum(touched_args.values()) > 0
     touched = session.profiled(inputs, before=neighbours.before)
     assert all(np.array_equal(a, b) for a, b in zip(plain.outputs, touched.outputs))

@@ -551,7 +551,7 @@ void Session::read_back(const Memory& memory, Array& out) {
                                   out.data.data(), 0, nullptr, nullptr), "clEnqueueReadBuffer");
 }
 
-void Session::add_neighbours(const std::string& source) {
+void Session::add_neighbours(const std::string& source, const std::set<std::string>& untouched) {
   cl_int status = CL_SUCCESS;
   const char* text = source.c_str();
   size_t length = source.size();
@@ -572,11 +572,17 @@ void Session::add_neighbours(const std::string& source) {
     command.kind = Command::Launch;
     command.kernel = kernel;
     command.dims = 3;
-    const Memory& image = std::string(name) == "texscope_read_image" ? first : second;
-    std::copy(image.region, image.region + 3, command.global);
+    const Memory& touched = std::string(name) == "texscope_read_image" ? first : second;
+    if (touched.image) {
+      std::copy(touched.region, touched.region + 3, command.global);
+    } else {
+      command.dims = 1;
+      command.global[0] = touched.bytes;
+    }
     std::fill(command.local, command.local + 3, size_t(0));
     return command;
   };
+  const std::set<std::string> inputs(plan_.inputs.begin(), plan_.inputs.end());
   neighbours_.assign(commands_.size(), {});
   for (size_t c = 0; c < commands_.size(); ++c) {
     if (commands_[c].kind != Command::Launch) continue;
@@ -584,9 +590,20 @@ void Session::add_neighbours(const std::string& source) {
     const std::vector<std::string>& params = declared.at(step.kernel);
     for (size_t position = 0; position < step.args.size(); ++position) {
       const Arg& arg = step.args[position];
-      if (arg.kind != Arg::Tensor || !plan_.spec(arg.name).is_texture()) continue;
+      if (arg.kind != Arg::Tensor || untouched.count(arg.name)) continue;
       const Memory& image = *by_name_.at(arg.name);
-      if (params[position].find("read_only") != std::string::npos) {
+      if (!image.image) {
+        // A buffer's direction is not declared: the plan's inputs are what
+        // its kernels read (a tuning set's are).
+        if (!inputs.count(arg.name)) continue;
+        if (!clones.count(&image)) {
+          const Memory& clone = workspace("\nclone of " + arg.name, image.bytes);
+          check(cl_.clEnqueueCopyBuffer(queue_, image.mem, clone.mem, 0, 0, image.bytes, 0,
+                                        nullptr, nullptr), "clEnqueueCopyBuffer");
+          clones[&image] = &clone;
+        }
+        neighbours_[c].push_back(launch("texscope_rewrite_buffer", *clones[&image], image));
+      } else if (params[position].find("read_only") != std::string::npos) {
         if (!clones.count(&image)) {
           TensorSpec copy = plan_.spec(arg.name);
           copy.name = "\nclone of " + arg.name;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,11 +60,11 @@ class Session {
   std::vector<CommandTime> run(const std::vector<Array>& inputs, std::vector<Array>& outputs,
                                int each = 1, bool with_neighbours = false);
   // Untimed kernels `source` defines (texscope/opencl/neighbours.py's
-  // SOURCE) before each launch that reads or writes an image, for
-  // run(..., with_neighbours): every image it reads rewritten with its own
-  // texels from a clone (made now: call after a run), every image it
-  // writes read.
-  void add_neighbours(const std::string& source);
+  // SOURCE) before each launch, for run(..., with_neighbours): every map it
+  // reads (an image, or a buffer among the plan's inputs; not the tensors
+  // named in `untouched`) rewritten with its own contents from a clone
+  // (made now: call after a run), every image it writes read.
+  void add_neighbours(const std::string& source, const std::set<std::string>& untouched);
   // One inference without events, as an application runs one: the host's
   // wall time (seconds) from the first upload to the last output read, and
   // the part of it spent issuing the uploads and launches (the host's own

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -150,7 +151,13 @@ void tune(const TuneOptions& o) {
   // and with each kernel's images touched just before it ("chained").
   std::vector<Array> outputs;
   session.run(inputs, outputs, kWarmEach);
-  session.add_neighbours(neighbours);
+  // The weights are left as a model leaves them (texscope/opencl/tune.py).
+  std::set<std::string> weights;
+  for (const Json& variant : manifest["variants"])
+    if (variant.contains("weights") && variant["weights"].is_array())
+      for (const Json& name : variant["weights"])
+        if (name.is_string()) weights.insert(name.get<std::string>());
+  session.add_neighbours(neighbours, weights);
   progress(1, o.repeats + 1, "warm-up");
   std::map<std::string, std::vector<double>> cold, warm, chained;
   struct State {
@@ -182,11 +189,6 @@ void tune(const TuneOptions& o) {
                 {"warm_seconds", median(warm.at(binding))},
                 {"chained_seconds", median(chained.at(binding))}};
   };
-  auto textured = [](const Json& scopes) {
-    for (const Json& scope : scopes)
-      if (scope.get<std::string>().find("texture") != std::string::npos) return true;
-    return false;
-  };
 
   Json kernels = Json::object();
   for (const auto& [key, kernel] : manifest["kernels"].items())
@@ -194,7 +196,7 @@ void tune(const TuneOptions& o) {
                     {"shapes", kernel["shapes"]}, {"variants", Json::array()}};
   for (const Json& variant : manifest["variants"]) {
     Json timed = {{"scopes", variant["scopes"]}};
-    timed.update(timed_of(variant, textured(variant["scopes"]) ? chained : warm));
+    timed.update(timed_of(variant, chained));
     kernels[variant["kernel"].get<std::string>()]["variants"].push_back(timed);
   }
   Json copies = Json::array();
@@ -233,9 +235,9 @@ void tune(const TuneOptions& o) {
                      std::to_string(o.repeats) + " times the whole tuning program as it is (cold) "
                      "and with each command run " + std::to_string(kWarmEach) +
                      " times in a row, the last timed (warm), and with each kernel's input "
-                     "images rewritten and output images read just before it (chained); "
-                     "median: warm for variants of buffers only, chained for variants with a "
-                     "texture, cold for copies (min and max: the fastest and slowest)"},
+                     "maps rewritten and output images read just before it (chained); "
+                     "median: chained for variants, cold for copies (min and max: the fastest "
+                     "and slowest)"},
       {"kernels", kernels},
       {"copies", copies}};
   std::ofstream out(o.output);

@@ -1,18 +1,21 @@
 """What a kernel of a model meets and the same kernel in a tuning set does not.
 
-In a model, a kernel reading an image reads what the kernel before it just
-wrote, and the image it writes was read a moment ago by another kernel.  In
-a tuning set's program the variants run one after another on operands
-uploaded at the start.  On an H200 (NVIDIA's OpenCL, ``bench/texel_fetch.py``)
-a 1x1 conv reading the image the kernel before wrote took 1.10x the buffer
-kernel's time, 0.93x where all read one image written long before; a weight
-layout transform writing an image took 19.8 us in chain64's program and
-7.3 us in its tuning set (docs/benchmarks.md).
+In a model, a kernel reads the maps the kernels before it just wrote (in the
+GPU's caches; an image so written also costs more to read), its weights were
+last touched an inference ago, and the image it writes was read a moment ago
+by another kernel.  In a tuning set's program the variants run one after
+another on operands uploaded at the start.  On an H200 (NVIDIA's OpenCL,
+``bench/texel_fetch.py``) a 1x1 conv reading the image the kernel before
+wrote took 1.10x the buffer kernel's time, 0.93x where all read one image
+written long before; hand_landmark_full's 1x1 convs of 1152 channels, whose
+weights (884 KB) outweigh their maps, took 114 us in the model from buffers,
+114 in its set run as it is and 67 run twice in a row (docs/benchmarks.md).
 
 :class:`Neighbours` gives a session's kernels those neighbours, untimed:
-before each launch, every image it reads is rewritten with its own texels
-from a clone (a kernel's write, the data unchanged), and every image it
-writes is read.  ``python -m texscope.opencl.tune`` times texture variants so.
+before each launch every map it reads (not the tensors named ``untouched``:
+the weights) is rewritten with its own contents from a clone by a kernel,
+and every image it writes is read.  ``python -m texscope.opencl.tune``
+prices every variant so.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ __kernel void texscope_rewrite_image(__read_only image2d_array_t clone,
   write_imagef(image, at, read_imagef(clone, NEIGHBOUR_SAMPLER, at));
 }
 
+__kernel void texscope_rewrite_buffer(__global const uchar* clone, __global uchar* buffer) {
+  buffer[get_global_id(0)] = clone[get_global_id(0)];
+}
+
 // Reads every texel; the store (never taken for the texels a model holds)
 // keeps the compiler from dropping the reads.
 __kernel void texscope_read_image(__read_only image2d_array_t image, __global float* sink) {
@@ -42,19 +49,20 @@ __kernel void texscope_read_image(__read_only image2d_array_t image, __global fl
 
 
 class Neighbours:
-    """Untimed kernels before each launch of ``session`` that reads or
-    writes an image (see the module docstring): :attr:`before` maps a
-    command's index to their enqueuing callables, for
-    :meth:`texscope.opencl.session.Session.profiled`.  The clones take the
-    images' texels when made: make them after a run has written them."""
+    """Untimed kernels before each launch of ``session`` (see the module
+    docstring): :attr:`before` maps a command's index to their enqueuing
+    callables, for :meth:`texscope.opencl.session.Session.profiled`.
+    ``untouched``: tensor names left alone (the weights).  The clones take
+    the tensors' contents when made: make them after a run has written them."""
 
-    def __init__(self, session):
+    def __init__(self, session, untouched=frozenset()):
         cl = self.cl = pyopencl()
         self.session = session
         memory = session.memory
         self.queue = session.queue
         program = cl.Program(memory.context, SOURCE).build()
         self._rewrite = cl.Kernel(program, "texscope_rewrite_image")
+        self._rewrite_buffer = cl.Kernel(program, "texscope_rewrite_buffer")
         self._read = cl.Kernel(program, "texscope_read_image")
         self._sink = cl.Buffer(memory.context, cl.mem_flags.READ_WRITE, size=4)
         self._clones: dict = {}
@@ -65,13 +73,18 @@ class Neighbours:
                 continue
             touches = []
             for position, arg in enumerate(step.args):
-                if not isinstance(arg, TensorArg) or not session.plan.spec(arg.tensor).is_texture:
+                if not isinstance(arg, TensorArg) or arg.tensor in untouched:
                     continue
                 spec = session.plan.spec(arg.tensor)
                 qualifier = declared[step.kernel][position]
-                if "__read_only" in qualifier or "read_only " in qualifier:
+                if not spec.is_texture:
+                    # A buffer's direction is not declared: the program's
+                    # inputs are what its kernels read (a tuning set's are).
+                    if arg.tensor in session.plan.inputs:
+                        touches.append(self._rewriting_buffer(spec))
+                elif "read_only" in qualifier:
                     touches.append(self._rewriting(spec))
-                elif "__write_only" in qualifier or "write_only " in qualifier:
+                elif "write_only" in qualifier:
                     touches.append(self._reading(spec))
             if touches:
                 self.before[index] = touches
@@ -90,6 +103,20 @@ class Neighbours:
         def enqueue():
             kernel.set_args(clone, image)
             return cl.enqueue_nd_range_kernel(self.queue, kernel, extent, None)
+        return enqueue
+
+    def _rewriting_buffer(self, spec):
+        cl, memory = self.cl, self.session.memory
+        buffer = memory.objects[spec]
+        if spec not in self._clones:
+            clone = cl.Buffer(memory.context, cl.mem_flags.READ_WRITE, size=buffer.size)
+            cl.enqueue_copy(self.queue, clone, buffer)
+            self._clones[spec] = clone
+        clone, kernel = self._clones[spec], self._rewrite_buffer
+
+        def enqueue():
+            kernel.set_args(clone, buffer)
+            return cl.enqueue_nd_range_kernel(self.queue, kernel, (buffer.size,), None)
         return enqueue
 
     def _reading(self, spec):

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 from ..errors import TexscopeError
-from ..knowledge.scopes import is_texture_scope
 from .calibrate import Progress, describe_device
 from .neighbours import Neighbours
 from .plan import read_plan
@@ -37,7 +36,7 @@ from .source import pick_device
 from . import tuning
 
 DEFAULT_REPEATS = 9
-# Each run of the program is timed twice: once as it is (every variant's
+# Each run of the program is timed three times: once as it is (every variant's
 # operands uploaded at the start of the run and, by its turn, evicted by the
 # variants before it: "cold"), once with each command run twice in a row and
 # the second timed ("warm").  In a model a kernel reads what the kernel
@@ -46,11 +45,13 @@ DEFAULT_REPEATS = 9
 # models what they took warm (summed, set / model 0.92-1.04; cold
 # 1.25-1.40), and kernels reading or writing images what they took cold
 # (cold 0.89-1.09; warm 0.55-0.70): an image another kernel just wrote is not in the texture
-# cache.  A third time each kernel reading or writing an image has
-# :class:`~texscope.opencl.neighbours.Neighbours` (its input images just
-# rewritten by a kernel, its output images just read; "chained"), as in a
-# model.  A variant with a texture operand is priced chained, a copy cold,
-# a variant of buffers only warm; the file keeps the three medians.
+# cache.  A third time each kernel has
+# :class:`~texscope.opencl.neighbours.Neighbours` (the maps it reads just
+# rewritten by a kernel, its weights left alone, its output images just
+# read; "chained"), as in a model: a kernel whose weights outweigh its maps
+# took in the model what it took cold, one of small weights what it took
+# warm (texscope/opencl/neighbours.py).  Variants are priced chained, copies
+# cold; the file keeps the three medians.
 WARM_EACH = 2
 STATES = ("cold", "warm", "chained")
 
@@ -69,7 +70,9 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     progress.step("compiled and set up")
     set_up_s = time.perf_counter() - started
     session.profiled(inputs, WARM_EACH)
-    neighbours = Neighbours(session).before
+    weights = frozenset(name for variant in manifest["variants"]
+                        for name in variant.get("weights", ()))
+    neighbours = Neighbours(session, weights).before
     progress.step("warm-up")
     per_binding: dict[str, dict[str, list[float]]] = {state: {} for state in STATES}
     for run in range(repeats):
@@ -98,8 +101,7 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     for variant in manifest["variants"]:
         kernels[variant["kernel"]]["variants"].append(
             {"scopes": variant["scopes"],
-             **timed(variant["binding"], "chained" if any(map(is_texture_scope, variant["scopes"]))
-                     else "warm")})
+             **timed(variant["binding"], "chained")})
     copies = [{**{k: v for k, v in copy.items() if k != "binding"}, **timed(copy["binding"], "cold")}
               for copy in manifest["copies"]]
     return {
@@ -116,10 +118,9 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
         "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
                    f"then {repeats} times the whole tuning program as it is (cold) and with "
                    f"each command run {WARM_EACH} times in a row, the last timed (warm), and "
-                   f"with each kernel's input images rewritten and output images read just "
-                   f"before it (chained); median: warm for variants of buffers only, chained "
-                   f"for variants with a texture, cold for copies (min and max: the fastest "
-                   f"and slowest)"),
+                   f"with each kernel's input maps rewritten and output images read just "
+                   f"before it (chained); median: chained for variants, cold for copies "
+                   f"(min and max: the fastest and slowest)"),
         "kernels": kernels,
         "copies": copies,
     }

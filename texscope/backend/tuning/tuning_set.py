@@ -145,7 +145,12 @@ def tuning_module(collector: _Collector, vdevices: VDeviceTable, global_infos):
                     for ty, scope in zip(entry["types"][n_in:], combo[n_in:])]
             name = f"v{len(variants)}"
             calls.append((name, key, args, outs))
-            variants.append({"kernel": key, "scopes": list(combo), "binding": name})
+            # The weights' parameters: a tuner leaves them as a model does
+            # (written once, not by the kernel before; texscope.opencl.neighbours).
+            weights = [arg.name for arg, position in zip(args, entry["positions"])
+                       if position.startswith("w")]
+            variants.append({"kernel": key, "scopes": list(combo), "binding": name,
+                             "weights": weights})
     for (shape, dtype, scope), ty in sorted(collector.copies.items()):
         for source, target in ((scope, "global"), ("global", scope)):
             name = f"c{len(copies)}"
