@@ -64,6 +64,7 @@ from _cli import (EXPORT_META, NO_TEXTURES, Recorded, add_device_options,  # noq
                   add_markdown_option, agreement, built_at, chosen_models, device_line,
                   export_meta, loaded, markdown_table, read_case, write_case)
 from calibrated import pearson, spearman  # noqa: E402
+from texscope.errors import TexscopeError  # noqa: E402
 from opencl_run import NETWORKS, network, scaled_inputs  # noqa: E402
 
 SET, TUNING = "set", "tuning.json"
@@ -230,11 +231,11 @@ def export_tuned(directory: Path, results: Path, found: dict, base: dict, profil
         if not tuning_path.is_file():
             print(f"  {name}: no {tuning_path}; skipped")
             continue
+        result = texscope.build(mod, base, tuning=tuning_path)  # refuses a foreign file
         if tuning_path.resolve() != (root / TUNING).resolve():
             shutil.copy(tuning_path, root / TUNING)
         plan_dir = root / "tuned"
         plan_dir.mkdir(exist_ok=True)
-        result = texscope.build(mod, base, tuning=tuning_path)
         texscope.opencl.plan_of(result).write(plan_dir)
         texture = texture_target(base)
         device = tvm.target.Target(texture.target, host=host_target(None, texture.target))
@@ -464,9 +465,12 @@ def main(argv=None) -> int:
             if Path(args.export).exists() and any(Path(args.export).iterdir()):
                 parser.error(f"{args.export} exists and is not empty")
             export(Path(args.export), found, base, profiles, args.target)
-        else:
+            return 0
+        try:
             export_tuned(Path(args.export_tuned), Path(args.tuning_from), found, base, profiles,
                          args.target)
+        except TexscopeError as err:  # a tuning file that is not one, or not this model's
+            parser.error(str(err))
         return 0
     from texscope.opencl.source import pick_device  # pylint: disable=import-outside-toplevel
 

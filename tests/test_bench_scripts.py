@@ -349,6 +349,22 @@ def test_the_tuned_builds_are_built_for_the_target_the_export_was(tmp_path, monk
     assert f"--target mali-opencl: {tmp_path} was exported for nvidia-opencl" in done.stderr
 
 
+def test_the_tuned_bench_refuses_a_broken_tuning_file_in_one_line(tmp_path):
+    """--export-tuned with a tuning file that is not one: the file named,
+    exit 2, no traceback, no tuned build written."""
+    (tmp_path / "meta.json").write_text(json.dumps({"commit": "abc", "target": "adreno-opencl"}))
+    (tmp_path / "zoo_inception").mkdir()
+    (tmp_path / "zoo_inception" / "meta.json").write_text(json.dumps({"model": "zoo/inception"}))
+    results = tmp_path / "results" / "zoo_inception"
+    results.mkdir(parents=True)
+    (results / "tuning.json").write_text('{"format": "texscope-tuning", "version": 1}')
+    done = _bench("tuned.py", "--export-tuned", tmp_path, "--tuning-from", tmp_path / "results",
+                  "zoo/inception", check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert str(results / "tuning.json") in done.stderr.strip().splitlines()[-1]
+    assert sorted(p.name for p in (tmp_path / "zoo_inception").iterdir()) == ["meta.json"]
+
+
 def test_the_tuned_replay_sets_each_build_up_once_in_one_context_unless_asked(tmp_path, monkeypatch):
     pytest.importorskip("pyopencl")
     from tvm import relax  # pylint: disable=import-outside-toplevel
