@@ -27,7 +27,6 @@ constexpr const char* kTuningFormat = "texscope-tuning";
 constexpr int kTuningVersion = 1;
 constexpr const char* kSetManifest = "tuning-set.json";
 constexpr const char* kProgram = "program";
-constexpr int kWarmEach = 2;  // as texscope/opencl/tune.py's WARM_EACH
 constexpr const char* kNeighbours = "neighbours.cl";  // tuning.py's NEIGHBOURS
 
 Json read_json(const std::string& path, const std::string& what) {
@@ -146,11 +145,11 @@ void tune(const TuneOptions& o) {
   Session session(plan, device);
   const double set_up_s = std::chrono::duration<double>(Clock::now() - started).count();
 
-  // Timed as python -m texscope.opencl.tune times (its WARM_EACH says why):
-  // each run as it is ("cold"), with every step twice in a row ("warm"),
-  // and with each kernel's images touched just before it ("chained").
+  // Timed as python -m texscope.opencl.tune times (its STATES say why): each
+  // run as it is ("cold") and with each kernel's neighbours just before it
+  // ("chained").
   std::vector<Array> outputs;
-  session.run(inputs, outputs, kWarmEach);
+  session.run(inputs, outputs);
   // The weights are left as a model leaves them (texscope/opencl/tune.py).
   std::set<std::string> weights;
   for (const Json& variant : manifest["variants"])
@@ -159,25 +158,18 @@ void tune(const TuneOptions& o) {
         if (name.is_string()) weights.insert(name.get<std::string>());
   session.add_neighbours(neighbours, weights);
   progress(1, o.repeats + 1, "warm-up");
-  std::map<std::string, std::vector<double>> cold, warm, chained;
-  struct State {
-    std::map<std::string, std::vector<double>>* runs;
-    int each;
-    bool with_neighbours;
-  };
+  std::map<std::string, std::vector<double>> cold, chained;
   for (int run = 0; run < o.repeats; ++run) {
-    for (State state : {State{&cold, 1, false}, State{&warm, kWarmEach, false},
-                        State{&chained, 1, true}}) {
+    for (auto [runs, with_neighbours] : {std::pair{&cold, false}, std::pair{&chained, true}}) {
       std::map<std::string, double> totals;
-      for (const CommandTime& command :
-           session.run(inputs, outputs, state.each, state.with_neighbours))
+      for (const CommandTime& command : session.run(inputs, outputs, 1, with_neighbours))
         totals[command.binding] += command.seconds;
-      for (const auto& [binding, seconds] : totals) (*state.runs)[binding].push_back(seconds);
+      for (const auto& [binding, seconds] : totals) (*runs)[binding].push_back(seconds);
     }
     progress(run + 2, o.repeats + 1, "run " + std::to_string(run + 1));
   }
   // The median of the runs in one state and, as the planner's noise margin,
-  // their fastest and slowest; every state's median beside them.
+  // their fastest and slowest; both states' medians beside them.
   auto timed_of = [&](const Json& entry, const std::map<std::string, std::vector<double>>& by) {
     const std::string binding = entry["binding"].get<std::string>();
     if (!cold.count(binding))
@@ -186,7 +178,6 @@ void tune(const TuneOptions& o) {
     const auto [fastest, slowest] = std::minmax_element(runs.begin(), runs.end());
     return Json{{"seconds", median(runs)}, {"min_seconds", *fastest},
                 {"max_seconds", *slowest}, {"cold_seconds", median(cold.at(binding))},
-                {"warm_seconds", median(warm.at(binding))},
                 {"chained_seconds", median(chained.at(binding))}};
   };
 
@@ -233,11 +224,9 @@ void tune(const TuneOptions& o) {
        std::round(std::chrono::duration<double>(Clock::now() - started).count() * 100) / 100},
       {"method", "texscope-run --tune: OpenCL profiling events, one warm-up run, then " +
                      std::to_string(o.repeats) + " times the whole tuning program as it is (cold) "
-                     "and with each command run " + std::to_string(kWarmEach) +
-                     " times in a row, the last timed (warm), and with each kernel's input "
-                     "maps rewritten and output images read just before it (chained); "
-                     "median: chained for variants, cold for copies (min and max: the fastest "
-                     "and slowest)"},
+                     "and with each kernel's input maps rewritten and output images read just "
+                     "before it (chained); median: chained for variants, cold for copies (min "
+                     "and max: the fastest and slowest)"},
       {"kernels", kernels},
       {"copies", copies}};
   std::ofstream out(o.output);

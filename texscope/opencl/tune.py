@@ -5,8 +5,8 @@ program (every variant of every kernel, and every copy a plan could need,
 each one binding: :mod:`texscope.backend.tuning.tuning_set`) is set up once
 as a profiled :class:`~texscope.opencl.session.Session` (its hundreds of
 kernels compiled as several programs at once, ``--jobs``), runs once to warm
-up, then ``--repeats`` times as it is, with each command twice in a row,
-and with each kernel's images touched just before it (see :data:`WARM_EACH`);
+up, then ``--repeats`` times as it is and with each kernel's neighbours just
+before it (see :data:`STATES`);
 a variant's time is the median over the runs of its
 launches' summed profiling-event time, a copy's likewise; the
 fastest and slowest run are kept beside it (``min_seconds``,
@@ -36,24 +36,19 @@ from .source import pick_device
 from . import tuning
 
 DEFAULT_REPEATS = 9
-# Each run of the program is timed three times: once as it is (every variant's
-# operands uploaded at the start of the run and, by its turn, evicted by the
-# variants before it: "cold"), once with each command run twice in a row and
-# the second timed ("warm").  In a model a kernel reads what the kernel
-# before it wrote.  On an H200 (NVIDIA's OpenCL; four MediaPipe models'
-# kernels matched one by one, docs/benchmarks.md) buffer kernels took in the
-# models what they took warm (summed, set / model 0.92-1.04; cold
-# 1.25-1.40), and kernels reading or writing images what they took cold
-# (cold 0.89-1.09; warm 0.55-0.70): an image another kernel just wrote is not in the texture
-# cache.  A third time each kernel has
-# :class:`~texscope.opencl.neighbours.Neighbours` (the maps it reads just
-# rewritten by a kernel, its weights left alone, its output images just
-# read; "chained"), as in a model: a kernel whose weights outweigh its maps
-# took in the model what it took cold, one of small weights what it took
-# warm (texscope/opencl/neighbours.py).  Variants are priced chained, copies
-# cold; the file keeps the three medians.
-WARM_EACH = 2
-STATES = ("cold", "warm", "chained")
+# Each run of the program is timed twice: as it is (every variant's operands
+# uploaded at the start of the run and, by its turn, evicted by the variants
+# before it: "cold"), and with each kernel's
+# :class:`~texscope.opencl.neighbours.Neighbours` just before it (the maps it
+# reads rewritten by a kernel, its weights left alone, its output images
+# read: "chained"), as a kernel meets them in a model.  Variants are priced
+# chained, copies cold.  Files written before 2026-11-29 09:00 priced buffer
+# variants by each command run twice in a row ("warm"), texture variants
+# cold: on an H200 (docs/benchmarks.md, docs/tuning.md) warm prices held for
+# kernels of small weights and were half the model's time for those whose
+# weights outweigh their maps (hand_landmark_full's 1152-channel 1x1 convs:
+# 58-69 us warm, 114 in the model, 117 chained).
+STATES = ("cold", "chained")
 
 
 def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=None,
@@ -69,17 +64,16 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     session = Session(plan, inputs, device, profile=True, jobs=jobs or os.cpu_count() or 1)
     progress.step("compiled and set up")
     set_up_s = time.perf_counter() - started
-    session.profiled(inputs, WARM_EACH)
+    session.profiled(inputs)
     weights = frozenset(name for variant in manifest["variants"]
                         for name in variant.get("weights", ()))
     neighbours = Neighbours(session, weights).before
     progress.step("warm-up")
     per_binding: dict[str, dict[str, list[float]]] = {state: {} for state in STATES}
     for run in range(repeats):
-        for state, each, before in (("cold", 1, None), ("warm", WARM_EACH, None),
-                                    ("chained", 1, neighbours)):
+        for state, before in (("cold", None), ("chained", neighbours)):
             totals: dict[str, float] = {}
-            for command in session.profiled(inputs, each, before).times:
+            for command in session.profiled(inputs, before=before).times:
                 totals[command.binding] = totals.get(command.binding, 0.0) + command.seconds
             for binding, seconds in totals.items():
                 per_binding[state].setdefault(binding, []).append(seconds)
@@ -117,10 +111,9 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
         "timed_s": round(time.perf_counter() - started, 2),
         "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
                    f"then {repeats} times the whole tuning program as it is (cold) and with "
-                   f"each command run {WARM_EACH} times in a row, the last timed (warm), and "
-                   f"with each kernel's input maps rewritten and output images read just "
-                   f"before it (chained); median: chained for variants, cold for copies "
-                   f"(min and max: the fastest and slowest)"),
+                   f"each kernel's input maps rewritten and output images read just before it "
+                   f"(chained); median: chained for variants, cold for copies (min and max: "
+                   f"the fastest and slowest)"),
         "kernels": kernels,
         "copies": copies,
     }
