@@ -135,7 +135,7 @@ void tune(const TuneOptions& o) {
   const std::string neighbours_path = root + "/" + kNeighbours;
   std::ifstream neighbours_file(neighbours_path, std::ios::binary);
   if (!neighbours_file)
-    throw Error(root + ": no " + kNeighbours + " (a set written before 2026-11-29 09:30): "
+    throw Error(root + ": no " + kNeighbours + " (a set written by an older texscope): "
                 "write it again with `texscope tune MODEL -o DIR`");
   const std::string neighbours((std::istreambuf_iterator<char>(neighbours_file)), {});
   const std::vector<Array> inputs = random_inputs(plan, 0);
