@@ -158,6 +158,9 @@ BREAKAGES = {
     "a binding never run": (_rewrite_manifest(lambda m: m["copies"][0].update(binding="zz")),
                             "the program runs nothing for binding 'zz'"),
     "no program": (lambda d: shutil.rmtree(d / "program"), "program: no plan.json"),
+    "no weights named": (_rewrite_manifest(lambda m: [v.pop("weights") for v in m["variants"]]),
+                         "its variants name no weights (a set written by an older texscope): "
+                         "write it again with `texscope tune MODEL -o DIR`"),
     "no neighbours": (lambda d: (d / "neighbours.cl").unlink(),
                       "no neighbours.cl (a set written by an older texscope): write it again "
                       "with `texscope tune MODEL -o DIR`"),

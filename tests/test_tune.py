@@ -4,6 +4,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -644,3 +645,22 @@ def test_neighbours_touch_each_map_a_kernel_uses_and_change_no_value(two_convs_s
     assert neighbours.launches == sum(touched_args.values()) > 0
     touched = session.profiled(inputs, before=neighbours.before)
     assert all(np.array_equal(a, b) for a, b in zip(plain.outputs, touched.outputs))
+
+
+def test_a_set_naming_no_weights_is_refused_in_one_line(two_convs_set, tmp_path):
+    """A set written before sets named their weights: the tuner cannot
+    leave the weights alone, so it says so, exit 2, and writes nothing."""
+    old = tmp_path / "old"
+    shutil.copytree(two_convs_set, old)
+    manifest = json.loads((old / tuning.SET_MANIFEST).read_text())
+    for variant in manifest["variants"]:
+        del variant["weights"]
+    (old / tuning.SET_MANIFEST).write_text(json.dumps(manifest))
+    done = subprocess.run([sys.executable, "-m", "texscope.opencl.tune", str(old), "-o",
+                           str(tmp_path / "tuning.json")], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (f"tune: error: {old}: its variants name no weights (a set "
+                                   "written by an older texscope): write it again with "
+                                   "`texscope tune MODEL -o DIR`")
+    assert not (tmp_path / "tuning.json").exists()
+

@@ -132,6 +132,10 @@ void tune(const TuneOptions& o) {
       if (!steps.count(entry["binding"].get<std::string>()))
         throw Error(root + ": the program runs nothing for binding '" +
                     entry["binding"].get<std::string>() + "'");
+  for (const Json& variant : manifest["variants"])
+    if (!variant.contains("weights") || !variant["weights"].is_array())
+      throw Error(root + ": its variants name no weights (a set written by an older texscope): "
+                  "write it again with `texscope tune MODEL -o DIR`");
   const std::string neighbours_path = root + "/" + kNeighbours;
   std::ifstream neighbours_file(neighbours_path, std::ios::binary);
   if (!neighbours_file)
@@ -153,9 +157,8 @@ void tune(const TuneOptions& o) {
   // The weights are left as a model leaves them (texscope/opencl/tune.py).
   std::set<std::string> weights;
   for (const Json& variant : manifest["variants"])
-    if (variant.contains("weights") && variant["weights"].is_array())
-      for (const Json& name : variant["weights"])
-        if (name.is_string()) weights.insert(name.get<std::string>());
+    for (const Json& name : variant["weights"])
+      if (name.is_string()) weights.insert(name.get<std::string>());
   session.add_neighbours(neighbours, weights);
   progress(1, o.repeats + 1, "warm-up");
   std::map<std::string, std::vector<double>> cold, chained;

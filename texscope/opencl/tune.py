@@ -57,6 +57,9 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     (its kernels compiled as ``jobs`` programs at once, one per CPU by default)."""
     root = Path(directory)
     manifest = tuning.read_set(root)
+    if any("weights" not in variant for variant in manifest["variants"]):
+        raise TexscopeError(f"{root}: its variants name no weights (a set written by an older "
+                            "texscope): write it again with `texscope tune MODEL -o DIR`")
     plan = read_plan(root / tuning.PROGRAM)
     inputs = random_inputs(plan)
     progress = Progress(repeats + 2, progress_stream)
@@ -65,8 +68,7 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     progress.step("compiled and set up")
     set_up_s = time.perf_counter() - started
     session.profiled(inputs)
-    weights = frozenset(name for variant in manifest["variants"]
-                        for name in variant.get("weights", ()))
+    weights = frozenset(name for variant in manifest["variants"] for name in variant["weights"])
     neighbours = Neighbours(session, weights).before
     progress.step("warm-up")
     per_binding: dict[str, dict[str, list[float]]] = {state: {} for state in STATES}
