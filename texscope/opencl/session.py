@@ -143,8 +143,7 @@ class Session:
     context : pyopencl.Context, optional
         A context on ``device`` to hold the session (its programs, queue and
         memory), shared with other sessions; a new one by default.  Sessions
-        taking turns in one context run as one application's models do; in
-        contexts of their own, NVIDIA's driver switches between them.
+        taking turns in one context run as one application's models do.
 
     Raises
     ------
