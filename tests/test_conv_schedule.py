@@ -24,7 +24,7 @@ from texscope.backend.schedules import conv as conv_schedule, fallback as fallba
 from texscope.backend.schedules.kernels import EpilogueConv2d
 from texscope.frontend.tflite_model import load_tflite
 from texscope.ir.tir import blocks_in
-from texscope.opencl.source import kernel_signatures
+from texscope.opencl.source import kernel_bodies, kernel_signatures
 from texscope.models import zoo
 
 
@@ -404,7 +404,6 @@ def test_a_pool_writing_a_buffer_gets_a_thread_per_texel(mediapipe):
     images, not TVM's generic reduction across 256 threads (eleven barriers
     a kernel); the CPU's numbers."""
     from test_opencl_run import assert_close  # pylint: disable=import-outside-toplevel
-    from texscope.opencl.source import kernel_bodies  # pylint: disable=import-outside-toplevel
 
     mod = load_tflite(mediapipe["hand_recrop"])
     target = dict(opencl.device_target(base="adreno-opencl"), texture_spatial_limit=1,
@@ -416,89 +415,6 @@ def test_a_pool_writing_a_buffer_gets_a_thread_per_texel(mediapipe):
     assert all("barrier(" not in body and body.count("vstore4") == 1 for body in pools.values())
     inputs = verify.random_inputs(mod)
     assert_close(opencl.run(result, inputs), verify.reference_outputs(mod, inputs))
-
-
-def _one_by_one_conv_relu(cin: int, cout: int, size: int):
-    """x -> 1x1 conv (weights of 1/sqrt(fan-in) scale) -> relu."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from tvm import relax  # pylint: disable=import-outside-toplevel
-
-    weight = np.random.default_rng(2).normal(0, cin ** -0.5, (cout, cin, 1, 1)).astype("float32")
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, cin, size, size), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            conv = bb.emit(relax.op.nn.conv2d(x, relax.const(weight)))
-            out = bb.emit_output(bb.emit(relax.op.nn.relu(conv)))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
-@pytest.mark.parametrize("cin, cout, size, tiles", [
-    # 16 output blocks share 4 x 4 pixels' 16-texel stages.
-    (256, 64, 12, (16, 4, 4, 16)),
-    # 6 x 6: 3 x 3 pixels; of 24 output blocks 12 (the largest divisor up
-    # to 16); 8 texels (32 channels) a stage.
-    (32, 96, 6, (12, 3, 3, 8)),
-    # 5 x 5: only 1 divides up to 4, so the whole 5; 256 threads at most.
-    (256, 64, 5, (8, 5, 5, 16)),
-    # 7 x 7, 2 output blocks, 6 texels a stage.
-    (24, 8, 7, (2, 7, 7, 6)),
-])
-def test_a_staged_pointwise_conv_shares_its_input_through_local_memory(
-        monkeypatch, cin, cout, size, tiles):
-    """With ``pointwise_conv_stage_blocks`` set (no preset sets it: slower on
-    the H200, docs/benchmarks.md), a 1x1 conv's work-group of output channel
-    blocks and pixels fetches each stage of input texels into local memory
-    once: the work-group's shape, local memory and a barrier in the kernel,
-    the CPU's numbers from images and from buffers."""
-    import attrs  # pylint: disable=import-outside-toplevel
-    from test_opencl_run import assert_close  # pylint: disable=import-outside-toplevel
-    from texscope.knowledge import targets  # pylint: disable=import-outside-toplevel
-
-    monkeypatch.setitem(targets.PRESETS, "nvidia", attrs.evolve(
-        targets.PRESETS["nvidia"], pointwise_conv_stage_blocks=16))
-    mod = _one_by_one_conv_relu(cin, cout, size)
-    inputs = verify.random_inputs(mod)
-    expected = verify.reference_outputs(mod, inputs)
-    blocks, rows, columns, _ = tiles
-    nvidia = opencl.device_target(base="nvidia-opencl")
-    for name, target in (("images", nvidia), ("buffers", dict(nvidia, **_BUFFERS_ONLY))):
-        result = texscope.build(mod, target, profile=_maps_in_images("nvidia-opencl"))
-        conv = next(s for s in opencl.plan_of(result).steps
-                    if getattr(s, "kernel", "").startswith("fused_conv2d"))
-        assert (name, tuple(conv.local_size)) == (name, (columns, rows, blocks))
-        body = next(b for k, b in kernel_bodies_of(result).items() if k == conv.kernel)
-        assert "__local float" in body and "barrier(CLK_LOCAL_MEM_FENCE)" in body
-        assert_close(opencl.run(result, inputs), expected)
-
-
-def kernel_bodies_of(result) -> dict:
-    from texscope.opencl.source import kernel_bodies  # pylint: disable=import-outside-toplevel
-
-    return kernel_bodies(result.opencl_source)
-
-
-def test_staging_tiles_are_chosen_for_1x1_convs_only():
-    """The tile choice, on the scheduled kernels' loops: a 3x3 conv and a
-    conv of one output channel block are not staged."""
-    cases = {(256, 64, 12, 1): (16, 4, 4, 16), (16, 16, 8, 3): None, (64, 4, 8, 1): None}
-    for (cin, cout, size, kernel), tiles in cases.items():
-        mod = _grouped_conv(cin, size, kernel, 1, cout)
-        (func,) = _conv_kernels_for(mod, "nvidia-opencl")
-        sch = s_tir.Schedule(func)
-        conv = next(b for b in sch.get_child_blocks(sch.get_sblock("root"))
-                    if conv_schedule.CONV_BLOCK in sch.get(b).name_hint)
-        assert (cin, cout, size, kernel, conv_schedule.staging_tiles(sch, conv, 16, 16)) \
-            == (cin, cout, size, kernel, tiles)
-
-
-def _conv_kernels_for(mod, preset: str) -> list:
-    capture = BeforeScheduling()
-    with tvm.transform.PassContext(instruments=[capture]):
-        texscope.build(mod, opencl.device_target(base=preset))
-    return [func for func in capture.module.functions.values()
-            if isinstance(func, tvm.tirx.PrimFunc) and conv_schedule.CONV_BLOCK in func.script()]
 
 
 def _pools(size: int):
@@ -535,7 +451,7 @@ def test_a_pool_of_long_windows_writing_a_buffer_reduces_across_threads_on_nvidi
     across = {}
     for preset in ("adreno-opencl", "nvidia-opencl"):
         result = texscope.build(mod, dict(opencl.device_target(base=preset), **_BUFFERS_ONLY))
-        bodies = kernel_bodies_of(result)
+        bodies = kernel_bodies(result.opencl_source)
         across[preset] = sorted(name for name, body in bodies.items()
                                 if "pool" in name and "barrier(" in body)
         assert all("barrier(" not in body for name, body in bodies.items() if "max_pool" in name)

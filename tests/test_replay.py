@@ -281,15 +281,19 @@ def test_a_source_cut_into_parts_defines_each_kernel_once_and_runs_alike(conflic
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_profiled_run_can_run_each_command_twice_and_time_the_second(conflict):
+def test_a_profiled_run_enqueues_untimed_work_before_a_command(conflict):
+    """``before``: the callables given for a command run just before it, in
+    order, and only the plan's commands are timed; the outputs unchanged."""
     session = opencl.Session(conflict.plan, profile=True)
     once = [o.copy() for o in session.profiled(conflict.inputs).outputs]
-    counted = []
-    session.commands = [(binding, kernel, lambda enqueue=enqueue: counted.append(1) or enqueue())
-                        for binding, kernel, enqueue in session.commands]
-    twice = session.profiled(conflict.inputs, each=2)
-    assert len(counted) == 2 * len(session.commands) == 2 * len(twice.times)
-    for a, b in zip(once, twice.outputs):
+    order = []
+    session.commands = [(binding, kernel, lambda i=i, enqueue=enqueue: order.append(i) or enqueue())
+                        for i, (binding, kernel, enqueue) in enumerate(session.commands)]
+    before = {1: [lambda: order.append("a"), lambda: order.append("b")]}
+    touched = session.profiled(conflict.inputs, before=before)
+    assert order == [0, "a", "b", *range(1, len(session.commands))]
+    assert len(touched.times) == len(session.commands)
+    for a, b in zip(once, touched.outputs):
         np.testing.assert_array_equal(a, b)
 
 

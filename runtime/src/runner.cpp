@@ -562,7 +562,9 @@ void Session::add_neighbours(const std::string& source, const std::set<std::stri
   const Memory& sink = workspace("\nneighbours' sink", sizeof(float));
   std::map<const Memory*, const Memory*> clones;
   const auto declared = kernel_signatures(plan_.source);
-  auto launch = [&](const char* name, const Memory& first, const Memory& second) {
+  // A launch of `name` on (first, second), over `touched`'s texels or bytes.
+  auto launch = [&](const char* name, const Memory& first, const Memory& second,
+                    const Memory& touched) {
     cl_kernel kernel = cl_.clCreateKernel(neighbours_program_, name, &status);
     check(status, (std::string("clCreateKernel ") + name).c_str());
     kernels_.push_back(kernel);
@@ -572,7 +574,6 @@ void Session::add_neighbours(const std::string& source, const std::set<std::stri
     command.kind = Command::Launch;
     command.kernel = kernel;
     command.dims = 3;
-    const Memory& touched = std::string(name) == "texscope_read_image" ? first : second;
     if (touched.image) {
       std::copy(touched.region, touched.region + 3, command.global);
     } else {
@@ -581,6 +582,26 @@ void Session::add_neighbours(const std::string& source, const std::set<std::stri
     }
     std::fill(command.local, command.local + 3, size_t(0));
     return command;
+  };
+  // A copy of a tensor's memory, made once, for the rewrites to read.
+  auto clone_of = [&](const Memory& memory, const std::string& name) -> const Memory& {
+    auto found = clones.find(&memory);
+    if (found != clones.end()) return *found->second;
+    const Memory* clone;
+    if (memory.image) {
+      TensorSpec copy = plan_.spec(name);
+      copy.name = "\nclone of " + name;
+      clone = &allocate(copy);
+      const size_t origin[3] = {0, 0, 0};
+      check(cl_.clEnqueueCopyImage(queue_, memory.mem, clone->mem, origin, origin, memory.region,
+                                   0, nullptr, nullptr), "clEnqueueCopyImage");
+    } else {
+      clone = &workspace("\nclone of " + name, memory.bytes);
+      check(cl_.clEnqueueCopyBuffer(queue_, memory.mem, clone->mem, 0, 0, memory.bytes, 0,
+                                    nullptr, nullptr), "clEnqueueCopyBuffer");
+    }
+    clones[&memory] = clone;
+    return *clone;
   };
   const std::set<std::string> inputs(plan_.inputs.begin(), plan_.inputs.end());
   neighbours_.assign(commands_.size(), {});
@@ -591,56 +612,32 @@ void Session::add_neighbours(const std::string& source, const std::set<std::stri
     for (size_t position = 0; position < step.args.size(); ++position) {
       const Arg& arg = step.args[position];
       if (arg.kind != Arg::Tensor || untouched.count(arg.name)) continue;
-      const Memory& image = *by_name_.at(arg.name);
-      if (!image.image) {
-        // A buffer's direction is not declared: the plan's inputs are what
-        // its kernels read (a tuning set's are).
-        if (!inputs.count(arg.name)) continue;
-        if (!clones.count(&image)) {
-          const Memory& clone = workspace("\nclone of " + arg.name, image.bytes);
-          check(cl_.clEnqueueCopyBuffer(queue_, image.mem, clone.mem, 0, 0, image.bytes, 0,
-                                        nullptr, nullptr), "clEnqueueCopyBuffer");
-          clones[&image] = &clone;
-        }
-        neighbours_[c].push_back(launch("texscope_rewrite_buffer", *clones[&image], image));
-      } else if (params[position].find("read_only") != std::string::npos) {
-        if (!clones.count(&image)) {
-          TensorSpec copy = plan_.spec(arg.name);
-          copy.name = "\nclone of " + arg.name;
-          const Memory& clone = allocate(copy);
-          const size_t origin[3] = {0, 0, 0};
-          check(cl_.clEnqueueCopyImage(queue_, image.mem, clone.mem, origin, origin,
-                                       image.region, 0, nullptr, nullptr), "clEnqueueCopyImage");
-          clones[&image] = &clone;
-        }
-        neighbours_[c].push_back(launch("texscope_rewrite_image", *clones[&image], image));
-      } else if (params[position].find("write_only") != std::string::npos) {
-        neighbours_[c].push_back(launch("texscope_read_image", image, sink));
-      }
+      const Memory& memory = *by_name_.at(arg.name);
+      const std::string& param = params[position];
+      // A buffer's direction is not declared: the plan's inputs are what its
+      // kernels read (a tuning set's are).
+      const bool reads = memory.image ? param.find("read_only") != std::string::npos
+                                      : inputs.count(arg.name) > 0;
+      if (reads)
+        neighbours_[c].push_back(launch(
+            memory.image ? "texscope_rewrite_image" : "texscope_rewrite_buffer",
+            clone_of(memory, arg.name), memory, memory));
+      else if (memory.image && param.find("write_only") != std::string::npos)
+        neighbours_[c].push_back(launch("texscope_read_image", memory, sink, memory));
     }
   }
   check(cl_.clFinish(queue_), "clFinish");
 }
 
 std::vector<CommandTime> Session::run(const std::vector<Array>& inputs,
-                                      std::vector<Array>& outputs, int each,
-                                      bool with_neighbours) {
+                                      std::vector<Array>& outputs, bool with_neighbours) {
   staged_inputs_.clear();
   for (size_t i = 0; i < inputs.size(); ++i) upload(plan_.spec(plan_.inputs[i]), inputs[i], true);
   std::vector<cl_event> events(commands_.size());
-  // A step (one or two commands) runs `each` times in a row; its last run
-  // keeps the events.
-  for (size_t first = 0; first < commands_.size();) {
-    size_t last = first + 1;
-    while (last < commands_.size() && commands_[last].step == commands_[first].step) ++last;
-    for (int time = 0; time < each; ++time)
-      for (size_t i = first; i < last; ++i) {
-        if (time > 0) cl_.clReleaseEvent(events[i]);
-        if (with_neighbours && i < neighbours_.size())
-          for (const Command& neighbour : neighbours_[i]) enqueue(neighbour, nullptr);
-        enqueue(commands_[i], &events[i]);
-      }
-    first = last;
+  for (size_t i = 0; i < commands_.size(); ++i) {
+    if (with_neighbours && i < neighbours_.size())
+      for (const Command& neighbour : neighbours_[i]) enqueue(neighbour, nullptr);
+    enqueue(commands_[i], &events[i]);
   }
   if (outputs.size() != plan_.outputs.size()) outputs = start_outputs();
   for (size_t i = 0; i < outputs.size(); ++i) {

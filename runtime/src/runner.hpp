@@ -55,10 +55,10 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   // One inference timed by OpenCL's profiling events; `outputs` in the
-  // plan's order.  With `each` > 1 every step runs that many times in a row
-  // and the last is timed (its operands then in the caches).
+  // plan's order.  With `with_neighbours`, add_neighbours' untimed kernels
+  // run before each launch.
   std::vector<CommandTime> run(const std::vector<Array>& inputs, std::vector<Array>& outputs,
-                               int each = 1, bool with_neighbours = false);
+                               bool with_neighbours = false);
   // Untimed kernels `source` defines (texscope/opencl/neighbours.py's
   // SOURCE) before each launch, for run(..., with_neighbours): every map it
   // reads (an image, or a buffer among the plan's inputs; not the tensors

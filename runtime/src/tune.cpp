@@ -77,6 +77,10 @@ Json read_set(const std::string& directory) {
     if (!variant.value("scopes", Json()).is_array())
       throw Error(path + ": variant '" + variant["binding"].get<std::string>() +
                   "' needs 'scopes'");
+    // Tuners leave the weights alone (texscope/opencl/neighbours.py).
+    if (!variant.value("weights", Json()).is_array())
+      throw Error(directory + ": its variants name no weights (a set written by an older "
+                  "texscope): write it again with `texscope tune MODEL -o DIR`");
   }
   return manifest;
 }
@@ -132,10 +136,6 @@ void tune(const TuneOptions& o) {
       if (!steps.count(entry["binding"].get<std::string>()))
         throw Error(root + ": the program runs nothing for binding '" +
                     entry["binding"].get<std::string>() + "'");
-  for (const Json& variant : manifest["variants"])
-    if (!variant.contains("weights") || !variant["weights"].is_array())
-      throw Error(root + ": its variants name no weights (a set written by an older texscope): "
-                  "write it again with `texscope tune MODEL -o DIR`");
   const std::string neighbours_path = root + "/" + kNeighbours;
   std::ifstream neighbours_file(neighbours_path, std::ios::binary);
   if (!neighbours_file)
@@ -165,7 +165,7 @@ void tune(const TuneOptions& o) {
   for (int run = 0; run < o.repeats; ++run) {
     for (auto [runs, with_neighbours] : {std::pair{&cold, false}, std::pair{&chained, true}}) {
       std::map<std::string, double> totals;
-      for (const CommandTime& command : session.run(inputs, outputs, 1, with_neighbours))
+      for (const CommandTime& command : session.run(inputs, outputs, with_neighbours))
         totals[command.binding] += command.seconds;
       for (const auto& [binding, seconds] : totals) (*runs)[binding].push_back(seconds);
     }

@@ -59,14 +59,6 @@ class TexturePreset:
         Whether a conv reducing fewer than 4 input channels a group (a
         depthwise conv's one) reads that many (one texel a tap) rather
         than TVM's rule's split by 4 (two texels a tap, one unread).
-    pointwise_conv_stage_blocks : int
-        Output channel blocks of a 1x1 conv whose threads share, through
-        local memory, the input texels their work-group fetches (each
-        texel fetched once a work-group, not once an output channel block);
-        0: none share, each thread fetches its own (TVM's rule).
-    pointwise_conv_stage_texels : int
-        Input texels a staged 1x1 conv's work-group fetches at a time (the
-        largest divisor of its reduction's texels up to this).
     texel_pool_window : int
         The largest window (values reduced into one output) a pool writing
         a packed buffer reduces on one thread per output texel
@@ -90,8 +82,6 @@ class TexturePreset:
     conv_channel_blocks: int = 8
     conv_texels_ahead: int = 1
     conv_exact_texels: bool = False
-    pointwise_conv_stage_blocks: int = 0
-    pointwise_conv_stage_texels: int = 16
     texel_pool_window: int = 64
     texel_dtypes: frozenset[str] = frozenset({"float32", "float16"})
     default_profile: str = "adreno"

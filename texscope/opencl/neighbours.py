@@ -57,75 +57,61 @@ class Neighbours:
 
     def __init__(self, session, untouched=frozenset()):
         cl = self.cl = pyopencl()
-        self.session = session
-        memory = session.memory
-        self.queue = session.queue
-        program = cl.Program(memory.context, SOURCE).build()
-        self._rewrite = cl.Kernel(program, "texscope_rewrite_image")
-        self._rewrite_buffer = cl.Kernel(program, "texscope_rewrite_buffer")
-        self._read = cl.Kernel(program, "texscope_read_image")
-        self._sink = cl.Buffer(memory.context, cl.mem_flags.READ_WRITE, size=4)
+        self.memory, self.queue = session.memory, session.queue
+        program = cl.Program(self.memory.context, SOURCE).build()
+        self._kernels = {name: cl.Kernel(program, f"texscope_{name}")
+                         for name in ("rewrite_image", "rewrite_buffer", "read_image")}
+        self._sink = cl.Buffer(self.memory.context, cl.mem_flags.READ_WRITE, size=4)
         self._clones: dict = {}
         self.before: dict[int, list] = {}
-        declared = session.launcher.declared
-        for index, step in enumerate(session.plan.steps):
+        declared, plan = session.launcher.declared, session.plan
+        for index, step in enumerate(plan.steps):
             if not isinstance(step, KernelStep):
                 continue
             touches = []
             for position, arg in enumerate(step.args):
                 if not isinstance(arg, TensorArg) or arg.tensor in untouched:
                     continue
-                spec = session.plan.spec(arg.tensor)
+                spec = plan.spec(arg.tensor)
                 qualifier = declared[step.kernel][position]
-                if not spec.is_texture:
-                    # A buffer's direction is not declared: the program's
-                    # inputs are what its kernels read (a tuning set's are).
-                    if arg.tensor in session.plan.inputs:
-                        touches.append(self._rewriting_buffer(spec))
-                elif "read_only" in qualifier:
+                # A buffer's direction is not declared: the program's inputs
+                # are what its kernels read (a tuning set's are).
+                reads = "read_only" in qualifier if spec.is_texture else arg.tensor in plan.inputs
+                if reads:
                     touches.append(self._rewriting(spec))
-                elif "write_only" in qualifier:
-                    touches.append(self._reading(spec))
+                elif spec.is_texture and "write_only" in qualifier:
+                    touches.append(self._launch("read_image", self.memory.objects[spec],
+                                                self._sink, spec))
             if touches:
                 self.before[index] = touches
 
     def _rewriting(self, spec):
-        cl, memory = self.cl, self.session.memory
-        image, extent = memory.objects[spec], image_extent(spec)
+        """A launch rewriting ``spec``'s memory from its clone (made now)."""
+        cl, memory = self.cl, self.memory
+        target = memory.objects[spec]
         if spec not in self._clones:
-            clone = cl.create_image(memory.context, cl.mem_flags.READ_WRITE, image.format,
-                                    shape=extent, is_array=True)
-            cl.enqueue_copy(self.queue, clone, image, src_origin=(0, 0, 0),
-                            dest_origin=(0, 0, 0), region=extent)
+            if spec.is_texture:
+                extent = image_extent(spec)
+                clone = cl.create_image(memory.context, cl.mem_flags.READ_WRITE, target.format,
+                                        shape=extent, is_array=True)
+                cl.enqueue_copy(self.queue, clone, target, src_origin=(0, 0, 0),
+                                dest_origin=(0, 0, 0), region=extent)
+            else:
+                clone = cl.Buffer(memory.context, cl.mem_flags.READ_WRITE, size=target.size)
+                cl.enqueue_copy(self.queue, clone, target)
             self._clones[spec] = clone
-        clone, kernel = self._clones[spec], self._rewrite
+        name = "rewrite_image" if spec.is_texture else "rewrite_buffer"
+        return self._launch(name, self._clones[spec], target, spec)
+
+    def _launch(self, name: str, first, second, spec):
+        """An enqueuing callable of kernel ``name`` on (``first``,
+        ``second``), over ``spec``'s texels (an image) or bytes (a buffer)."""
+        cl, kernel = self.cl, self._kernels[name]
+        size = image_extent(spec) if spec.is_texture else (self.memory.objects[spec].size,)
 
         def enqueue():
-            kernel.set_args(clone, image)
-            return cl.enqueue_nd_range_kernel(self.queue, kernel, extent, None)
-        return enqueue
-
-    def _rewriting_buffer(self, spec):
-        cl, memory = self.cl, self.session.memory
-        buffer = memory.objects[spec]
-        if spec not in self._clones:
-            clone = cl.Buffer(memory.context, cl.mem_flags.READ_WRITE, size=buffer.size)
-            cl.enqueue_copy(self.queue, clone, buffer)
-            self._clones[spec] = clone
-        clone, kernel = self._clones[spec], self._rewrite_buffer
-
-        def enqueue():
-            kernel.set_args(clone, buffer)
-            return cl.enqueue_nd_range_kernel(self.queue, kernel, (buffer.size,), None)
-        return enqueue
-
-    def _reading(self, spec):
-        cl = self.cl
-        image, extent, kernel = self.session.memory.objects[spec], image_extent(spec), self._read
-
-        def enqueue():
-            kernel.set_args(image, self._sink)
-            return cl.enqueue_nd_range_kernel(self.queue, kernel, extent, None)
+            kernel.set_args(first, second)
+            return cl.enqueue_nd_range_kernel(self.queue, kernel, size, None)
         return enqueue
 
     @property

@@ -207,7 +207,7 @@ class Session:
             arrays.append(self.memory.staged(spec, array))
         return arrays
 
-    def _inference(self, arrays, each: int = 1, before=None) -> list:
+    def _inference(self, arrays, before=None) -> list:
         memory = self.memory
         for spec, array in zip(self.inputs, arrays):
             memory.write(spec, array)
@@ -215,7 +215,7 @@ class Session:
         for index, (_, _, enqueue) in enumerate(self.commands):
             for untimed in (before or {}).get(index, ()):
                 untimed()
-            events.append([enqueue() for _ in range(each)][-1])
+            events.append(enqueue())
         for spec, host in zip(self.outputs, self.host_outputs):
             memory.read(spec, host)
         self.queue.finish()
@@ -230,16 +230,13 @@ class Session:
         self._inference(self._check(inputs))
         return tuple(self.host_outputs)
 
-    def profiled(self, inputs, each: int = 1, before=None) -> RunResult:
+    def profiled(self, inputs, before=None) -> RunResult:
         """One inference, each command's device time from its profiling event
         (a session made with ``profile=True``); the outputs are copies.
 
-        With ``each`` > 1 every command runs that many times in a row and the
-        last is timed: its operands are then in the device's caches, as a
-        model's are when the kernel before wrote them (a tuning set's
-        kernels read operands written long before them).  ``before`` maps a
-        command's index to callables enqueuing untimed work ahead of it."""
-        events = self._inference(self._check(inputs), each, before)
+        ``before`` maps a command's index to callables enqueuing untimed work
+        ahead of it (a tuning set's :class:`~texscope.opencl.neighbours.Neighbours`)."""
+        events = self._inference(self._check(inputs), before)
         times = tuple(KernelTime(binding, kernel, (event.profile.end - event.profile.start) * 1e-9)
                       for (binding, kernel, _), event in zip(self.commands, events))
         return RunResult(tuple(o.copy() for o in self.host_outputs), times,

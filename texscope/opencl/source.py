@@ -161,9 +161,10 @@ def compiled_kernels(source: str, device, jobs: int = 1, context=None):
     where given (one on ``device``), else in a new one.  Errors as
     :func:`compiled`."""
     parts = source_parts(source, jobs) if len(KERNEL.findall(source)) >= PARALLEL_FROM else [source]
-    _check_extensions(source, device)
     if context is None:
-        context = pyopencl().Context([device])
+        context = _context(source, device)
+    else:
+        _check_extensions(source, device)
     if len(parts) == 1:
         program = _build(context, source, device)
         return context, {name: program for name in kernel_signatures(source)}

@@ -57,9 +57,6 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     (its kernels compiled as ``jobs`` programs at once, one per CPU by default)."""
     root = Path(directory)
     manifest = tuning.read_set(root)
-    if any("weights" not in variant for variant in manifest["variants"]):
-        raise TexscopeError(f"{root}: its variants name no weights (a set written by an older "
-                            "texscope): write it again with `texscope tune MODEL -o DIR`")
     plan = read_plan(root / tuning.PROGRAM)
     inputs = random_inputs(plan)
     progress = Progress(repeats + 2, progress_stream)

@@ -50,6 +50,11 @@ def read_set(directory) -> dict:
         if variant.get("kernel") not in manifest["kernels"]:
             raise TexscopeError(f"{path}: variant {variant.get('binding')!r} names no kernel "
                                 "of the set")
+        if not isinstance(variant.get("weights"), list):
+            # Tuners leave the weights alone (texscope.opencl.neighbours).
+            raise TexscopeError(f"{directory}: its variants name no weights (a set written by "
+                                "an older texscope): write it again with "
+                                "`texscope tune MODEL -o DIR`")
     return manifest
 
 

@@ -486,8 +486,8 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced) -> "Verdict
     time.  Added outright, the spreads grew with the kernels that differ:
     zoo/chain64's optimum, 13% under all-buffer by its H200 tuning file,
     met a margin of 17% over its 130 differing kernels and was dropped for
-    all-buffer, which ran 1.13-1.16x the default plan close to it
-    (docs/benchmarks.md)."""
+    all-buffer, which ran 1.12-1.21x the default plan close to it in four
+    replays (docs/benchmarks.md)."""
     tuned_s = float(np.dot(cost, best))
     times = tuple((label, None if x is None else float(np.dot(cost, x)))
                   for label, x in priced.items())

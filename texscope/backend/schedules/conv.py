@@ -89,22 +89,12 @@ image path's rate, not a fetch's wait (``bench/texel_fetch.py``,
 docs/benchmarks.md).
 
 A 1x1 conv's thread fetches its pixel's every input texel once for each
-output channel block, so a map texel is fetched as many times as the conv
-has output blocks.  With ``stage_blocks`` (the preset's
-``pointwise_conv_stage_blocks``; :func:`schedule_staged_conv_block`) a
-work-group of up to that many output blocks times a tile of pixels fetches
-each stage of input texels into local memory once, a texel a thread, and
-every thread sums the stage from there.  A microbenchmark of that shape
-(``bench/texel_fetch.py``, H200) ran 0.70-0.93x the unstaged kernel from
-buffers and 0.59-0.96x from images; in the models the staged 1x1 convs ran
-1.07x (4 blocks a work-group) and 1.09-1.11x (16) the unstaged ones from
-images and buffers alike (nine MediaPipe models, ``bench/kernel_pairs.py
---against``).  Why is not measured apart: the microbenchmark's weight is
-one float a channel block, the models' a 4 x 4 block a texel pair, and a
-12 x 12 map's conv to 256 channels runs 36 work-groups staged (64
-unstaged) on 132 multiprocessors.  So no preset stages; the schedule stays
-for a GPU of fewer, wider cores to measure (``bench/kernel_pairs.py
---preset-option pointwise_conv_stage_blocks=N``).
+output channel block.  Staging each work-group's input texels in local
+memory once, shared by 16 (or 4) output channel blocks, made those convs
+1.09-1.11x (1.07x) slower in nine MediaPipe models on the H200 from images
+and buffers alike, where a microbenchmark of that shape had run
+0.70-0.93x from buffers (``bench/texel_fetch.py``, docs/benchmarks.md,
+measured with the schedule of commit 682c50a); the schedule was not kept.
 """
 
 from __future__ import annotations
@@ -255,70 +245,9 @@ def schedule_conv_block(sch: s_tir.Schedule, block, padding=None,
     sch.vectorize(sch.get_loops(init)[-1])
 
 
-def staging_tiles(sch: s_tir.Schedule, block, stage_blocks: int,
-                  stage_texels: int, threads: int = 256) -> tuple[int, int, int, int] | None:
-    """A 1x1 conv's work-group for :func:`schedule_staged_conv_block`:
-    (output channel blocks, rows, columns, input texels a stage).  Rows and
-    columns: the largest divisor of the map's up to 4, or the whole extent
-    up to 8 where only 1 divides (5, 7); output channel blocks: the largest
-    divisor up to ``stage_blocks`` that keeps the work-group within
-    ``threads``; texels: the largest divisor of the reduction's up to
-    ``stage_texels``.  None where the conv is not 1x1, a loop is symbolic,
-    or fewer than 2 output channel blocks would share a stage."""
-    n, oc, oh, ow, ob, ic, kh, kw = (sch.get(loop).extent for loop in sch.get_loops(block))
-    if not all(isinstance(e, tirx.IntImm) for e in (oc, oh, ow, ic, kh, kw)) \
-            or (int(kh), int(kw)) != (1, 1) or int(ic) % 4:
-        return None
-
-    def side(extent: int) -> int:
-        tile = next(d for d in divisors_down(extent) if d <= 4)
-        return extent if tile == 1 and extent <= 8 else tile
-
-    rows, columns = side(int(oh)), side(int(ow))
-    limit = min(stage_blocks, threads // (rows * columns))
-    blocks = next(d for d in divisors_down(int(oc)) if d <= max(limit, 1))
-    if blocks < 2:
-        return None
-    return blocks, rows, columns, next(d for d in divisors_down(int(ic) // 4) if d <= stage_texels)
-
-
-def schedule_staged_conv_block(sch: s_tir.Schedule, block, tiles) -> None:
-    """A 1x1 conv whose work-group (``tiles``: output channel blocks, rows,
-    columns, texels a stage) fetches each stage of its input into local
-    memory once, one texel a thread in turn, and whose threads then sum
-    the stage from there: each input texel is fetched once a work-group,
-    not once an output channel block (see the module docstring)."""
-    blocks, rows, columns, texels = tiles
-    n, oc, oh, ow, ob, ic, kh, kw = sch.get_loops(block)
-    bz, tz = sch.split(oc, [None, blocks])
-    by, ty = sch.split(oh, [None, rows])
-    bx, tx = sch.split(ow, [None, columns])
-    bz = sch.fuse(n, bz, preserve_unit_iters=True)
-    stage, step, lane = sch.split(ic, [None, texels, 4])
-    sch.reorder(bz, by, bx, tz, ty, tx, stage, kh, kw, step, lane, ob)
-    for loop, thread in zip((bz, by, bx, tz, ty, tx), _THREADS[:3] + _THREADS[6:]):
-        sch.bind(loop, thread)
-    shared = sch.cache_read(block, 0, "shared", consumer_blocks=[block])
-    sch.compute_at(shared, stage, preserve_unit_loops=True)
-    *_, channel, row, column, texel_lane = sch.get_loops(shared)
-    # Each thread of a pixel fetches every ``blocks``-th texel of the stage;
-    # where the stage holds fewer texels than that, the rest wait.
-    _, channel = sch.split(channel, [None, blocks])
-    for loop, thread in zip((channel, row, column), _THREADS[6:]):
-        sch.bind(loop, thread)
-    sch.vectorize(texel_lane)
-    sch.unroll(step)
-    write = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(write, tx)
-    sch.vectorize(sch.get_loops(write)[-1])
-    init = sch.decompose_reduction(block, stage)
-    sch.vectorize(sch.get_loops(init)[-1])
-
-
 def schedule_packed_conv(sch: s_tir.Schedule, depthwise_padding: bool = False,
                          channel_blocks: int = 8, texels_ahead: int = 1,
-                         exact_texels: bool = False, stage_blocks: int = 0,
-                         stage_texels: int = 16) -> s_tir.Schedule | None:
+                         exact_texels: bool = False) -> s_tir.Schedule | None:
     """What TVM's Adreno ``Conv2d`` rule makes of a kernel: None unless its
     only reduction block is a packed conv; else the conv scheduled (its
     padding in registers where :func:`register_padding` finds it, a
@@ -339,13 +268,8 @@ def schedule_packed_conv(sch: s_tir.Schedule, depthwise_padding: bool = False,
     # buffer it bought nothing measurable (docs/benchmarks.md).
     from_image = is_texture_scope(sch.get(padding if padding is not None else reductions[0])
                                   .reads[0].source.scope())
-    tiles = (staging_tiles(sch, reductions[0], stage_blocks, stage_texels)
-             if stage_blocks and padding is None else None)
-    if tiles is not None:
-        schedule_staged_conv_block(sch, reductions[0], tiles)
-    else:
-        schedule_conv_block(sch, reductions[0], padding, channel_blocks,
-                            texels_ahead if from_image else 1, exact_texels)
+    schedule_conv_block(sch, reductions[0], padding, channel_blocks,
+                        texels_ahead if from_image else 1, exact_texels)
     for other in inline_blocks(sch, others):
         schedule_default(sch, other)
     return sch

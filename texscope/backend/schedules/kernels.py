@@ -295,9 +295,7 @@ class EpilogueConv2d(dlight.ScheduleRule):
         return schedule_packed_conv(sch, depthwise_padding=preset.depthwise_padding_in_registers,
                                     channel_blocks=preset.conv_channel_blocks,
                                     texels_ahead=preset.conv_texels_ahead,
-                                    exact_texels=preset.conv_exact_texels,
-                                    stage_blocks=preset.pointwise_conv_stage_blocks,
-                                    stage_texels=preset.pointwise_conv_stage_texels)
+                                    exact_texels=preset.conv_exact_texels)
 
 
 class PackedLayoutTransform(dlight.ScheduleRule):
