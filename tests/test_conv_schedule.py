@@ -451,6 +451,9 @@ def test_a_pool_of_long_windows_writing_a_buffer_reduces_across_threads_on_nvidi
     across = {}
     for preset in ("adreno-opencl", "nvidia-opencl"):
         result = texscope.build(mod, dict(opencl.device_target(base=preset), **_BUFFERS_ONLY))
+        assert all(s_tir.analysis.verify_well_formed(func)
+                   for func in result.kernels.functions.values()
+                   if isinstance(func, tvm.tirx.PrimFunc))
         bodies = kernel_bodies(result.opencl_source)
         across[preset] = sorted(name for name, body in bodies.items()
                                 if "pool" in name and "barrier(" in body)
