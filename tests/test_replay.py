@@ -12,6 +12,7 @@ import pytest
 from tvm import relax
 
 import texscope
+from texscope.errors import TexscopeError
 from texscope import opencl
 from texscope.diagnostics import verify
 from texscope.opencl.plan import CopyStep, KernelStep, TensorArg, read_plan
@@ -279,6 +280,42 @@ def test_a_source_cut_into_parts_defines_each_kernel_once_and_runs_alike(conflic
     in_parts = opencl.Session(conflict.plan, jobs=len(names)).run(conflict.inputs)
     for a, b in zip(whole, in_parts):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_parts_compile_in_worker_processes_and_load_as_binaries(conflict, monkeypatch):
+    """Each part is compiled by a process of its own and loaded here from
+    its binary (a program made so has no source); where no process can be
+    started the parts compile in threads, from source; the numbers alike."""
+    from texscope.opencl import source as opencl_source
+
+    cl = opencl_source.pyopencl()
+    names = list(opencl_source.kernel_signatures(conflict.plan.source))
+    monkeypatch.setattr(opencl_source, "PARALLEL_FROM", 1)
+    device = opencl_source.default_device()
+    _, programs = opencl_source.compiled_kernels(conflict.plan.source, device, jobs=2)
+    assert {p.get_info(cl.program_info.SOURCE) for p in programs.values()} == {""}
+    in_processes = opencl.Session(conflict.plan, jobs=2).run(conflict.inputs)
+
+    def no_processes(*_):
+        raise OSError("no processes here")
+    monkeypatch.setattr(opencl_source, "_built_in_processes", no_processes)
+    _, programs = opencl_source.compiled_kernels(conflict.plan.source, device, jobs=2)
+    assert len(programs) == len(names)
+    assert all(name in p.get_info(cl.program_info.SOURCE) for name, p in programs.items())
+    in_threads = opencl.Session(conflict.plan, jobs=2).run(conflict.inputs)
+    for a, b in zip(in_processes, in_threads):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_part_the_compiler_rejects_is_one_error_naming_the_device(monkeypatch):
+    from texscope.opencl import source as opencl_source
+
+    monkeypatch.setattr(opencl_source, "PARALLEL_FROM", 1)
+    source = ("// Function: good\n__kernel void good(__global float* x) { x[0] = 1.0f; }\n"
+              "// Function: bad\n__kernel void bad(__global float* x) { x[0] = undeclared; }\n")
+    device = opencl_source.default_device()
+    with pytest.raises(TexscopeError, match=f"{device.name.strip()} rejects the kernels"):
+        opencl_source.compiled_kernels(source, device, jobs=2)
 
 
 def test_a_profiled_run_enqueues_untimed_work_before_a_command(conflict):

@@ -7,8 +7,10 @@ there is one) are needed only here.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import functools
 import json
+import multiprocessing
 import re
 
 from ..errors import TexscopeError
@@ -156,10 +158,16 @@ def source_parts(source: str, parts: int) -> list[str]:
 
 def compiled_kernels(source: str, device, jobs: int = 1, context=None):
     """(context, {kernel name: program}): ``source`` built as up to ``jobs``
-    programs compiled at once, one thread each (a driver compiles a program
-    on one core; a tuning set holds hundreds of kernels), in ``context``
-    where given (one on ``device``), else in a new one.  Errors as
-    :func:`compiled`."""
+    programs compiled at once (a tuning set holds hundreds of kernels), in
+    ``context`` where given (one on ``device``), else in a new one.  Errors
+    as :func:`compiled`.
+
+    The parts compile in worker processes, each in a context of its own, and
+    load here from their binaries: NVIDIA's driver compiles one program at a
+    time per process (an H200, 970 kernels in 16 parts: 26-43 s in 16
+    threads, 9.4 s in 16 processes, the binaries loading in 0.06 s from the
+    driver's compute cache).  Where processes cannot be started the parts
+    compile in threads."""
     parts = source_parts(source, jobs) if len(KERNEL.findall(source)) >= PARALLEL_FROM else [source]
     if context is None:
         context = _context(source, device)
@@ -168,10 +176,43 @@ def compiled_kernels(source: str, device, jobs: int = 1, context=None):
     if len(parts) == 1:
         program = _build(context, source, device)
         return context, {name: program for name in kernel_signatures(source)}
-    with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
-        programs = list(pool.map(lambda part: _build(context, part, device), parts))
+    try:
+        programs = _built_in_processes(context, parts, device)
+    except (OSError, concurrent.futures.process.BrokenProcessPool):
+        with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
+            programs = list(pool.map(lambda part: _build(context, part, device), parts))
     return context, {name: program for part, program in zip(parts, programs)
                      for name in kernel_signatures(part)}
+
+
+def _built_in_processes(context, parts: list[str], device) -> list:
+    """``parts`` compiled one per worker process, loaded into ``context``."""
+    cl = pyopencl()
+    index = next(i for i, found in enumerate(devices()) if found == device)
+    spawn = multiprocessing.get_context("spawn")  # forking a process using OpenCL is unsafe
+    with concurrent.futures.ProcessPoolExecutor(len(parts), mp_context=spawn) as pool:
+        built = list(pool.map(_binary_of, parts, [index] * len(parts)))
+    programs = []
+    for binary, error in built:
+        if error is not None:
+            raise TexscopeError(f"{device.name.strip()} rejects the kernels: {error}")
+        try:
+            programs.append(cl.Program(context, [device], [binary]).build())
+        except cl.RuntimeError as err:
+            raise TexscopeError(f"{device.name.strip()} rejects the kernels: {err}") from None
+    return programs
+
+
+def _binary_of(source: str, device_index: int) -> tuple[bytes | None, str | None]:
+    """In a worker process: (``source`` compiled for device ``device_index``
+    of :func:`devices`, None), or (None, the compiler's message)."""
+    cl = pyopencl()
+    device = devices()[device_index]
+    try:
+        program = cl.Program(cl.Context([device]), source).build()
+    except cl.RuntimeError as err:
+        return None, str(err)
+    return program.get_info(cl.program_info.BINARIES)[0], None
 
 
 def compile_source(source: str, device=None):
