@@ -318,6 +318,20 @@ def test_a_part_the_compiler_rejects_is_one_error_naming_the_device(monkeypatch)
         opencl_source.compiled_kernels(source, device, jobs=2)
 
 
+def test_a_profiled_run_without_inputs_reads_what_the_last_run_uploaded(conflict):
+    session = opencl.Session(conflict.plan, profile=True)
+    other = [(a * 0.5 + 0.25).astype(a.dtype) for a in conflict.inputs]
+    first = session.profiled(conflict.inputs).outputs
+    again = session.profiled(None).outputs
+    changed = session.profiled(other).outputs
+    kept = session.profiled(None).outputs
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(changed, kept):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(first[0], changed[0])
+
+
 def test_a_profiled_run_enqueues_untimed_work_before_a_command(conflict):
     """``before``: the callables given for a command run just before it, in
     order, and only the plan's commands are timed; the outputs unchanged."""

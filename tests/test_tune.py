@@ -612,6 +612,22 @@ def test_twin_branches_are_both_tuned(tmp_path):
     assert len(result.report.kernels) >= 5  # the stem, each branch's two convs
 
 
+def test_the_tuner_uploads_the_inputs_once(two_convs_set, monkeypatch):
+    """The warm-up run uploads every input (the variants' weights among
+    them); the timed runs read what it left, as a model its weights."""
+    pytest.importorskip("pyopencl")
+    from texscope.opencl.memory import DeviceMemory
+    from texscope.opencl.plan import read_plan
+    from texscope.opencl.source import default_device
+
+    writes = []
+    original = DeviceMemory.write
+    monkeypatch.setattr(DeviceMemory, "write",
+                        lambda self, spec, host: writes.append(spec.name) or original(self, spec, host))
+    measure(two_convs_set, default_device(), repeats=3, progress_stream=open(os.devnull, "w"))
+    assert sorted(writes) == sorted(read_plan(two_convs_set / tuning.PROGRAM).inputs)
+
+
 def test_neighbours_touch_each_map_a_kernel_uses_and_change_no_value(two_convs_set):
     """Before each kernel of the set's program, an untimed rewrite of every
     map it reads (not its weights, which the manifest names) and a read of

@@ -209,7 +209,7 @@ class Session:
 
     def _inference(self, arrays, before=None) -> list:
         memory = self.memory
-        for spec, array in zip(self.inputs, arrays):
+        for spec, array in zip(self.inputs, arrays or ()):
             memory.write(spec, array)
         events = []
         for index, (_, _, enqueue) in enumerate(self.commands):
@@ -234,9 +234,11 @@ class Session:
         """One inference, each command's device time from its profiling event
         (a session made with ``profile=True``); the outputs are copies.
 
-        ``before`` maps a command's index to callables enqueuing untimed work
+        ``inputs`` None runs on what the inputs hold (the last run's, for a
+        tuning set whose weights are inputs: a model uploads its weights
+        once).  ``before`` maps a command's index to callables enqueuing untimed work
         ahead of it (a tuning set's :class:`~texscope.opencl.neighbours.Neighbours`)."""
-        events = self._inference(self._check(inputs), before)
+        events = self._inference(None if inputs is None else self._check(inputs), before)
         times = tuple(KernelTime(binding, kernel, (event.profile.end - event.profile.start) * 1e-9)
                       for (binding, kernel, _), event in zip(self.commands, events))
         return RunResult(tuple(o.copy() for o in self.host_outputs), times,

@@ -6,7 +6,7 @@ each one binding: :mod:`texscope.backend.tuning.tuning_set`) is set up once
 as a profiled :class:`~texscope.opencl.session.Session` (its hundreds of
 kernels compiled as several programs at once, ``--jobs``), runs once to warm
 up, then ``--repeats`` times as it is and with each kernel's neighbours just
-before it (see :data:`STATES`);
+before it (see :data:`STATES`), on the inputs the warm-up uploaded;
 a variant's time is the median over the runs of its
 launches' summed profiling-event time, a copy's likewise; the
 fastest and slowest run are kept beside it (``min_seconds``,
@@ -36,9 +36,12 @@ from .source import pick_device
 from . import tuning
 
 DEFAULT_REPEATS = 9
+# The inputs (every variant's operands, its weights among them) are uploaded
+# once, by the warm-up run, as a model uploads its weights once; re-uploaded
+# before every run (files before 2026-11-29 11:20) they moved the prices by
+# 0.93-1.07x per class of variant on an H200 and took half the timed part.
 # Each run of the program is timed twice: as it is (every variant's operands
-# uploaded at the start of the run and, by its turn, evicted by the variants
-# before it: "cold"), and with each kernel's
+# evicted, by its turn, by the variants before it: "cold"), and with each kernel's
 # :class:`~texscope.opencl.neighbours.Neighbours` just before it (the maps it
 # reads rewritten by a kernel, its weights left alone, its output images
 # read: "chained"), as a kernel meets them in a model.  Variants are priced
@@ -72,7 +75,7 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     for run in range(repeats):
         for state, before in (("cold", None), ("chained", neighbours)):
             totals: dict[str, float] = {}
-            for command in session.profiled(inputs, before=before).times:
+            for command in session.profiled(None, before=before).times:
                 totals[command.binding] = totals.get(command.binding, 0.0) + command.seconds
             for binding, seconds in totals.items():
                 per_binding[state].setdefault(binding, []).append(seconds)
@@ -108,7 +111,8 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
         "repeats": repeats,
         "set_up_s": round(set_up_s, 2),
         "timed_s": round(time.perf_counter() - started, 2),
-        "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run, "
+        "method": (f"python -m texscope.opencl.tune: OpenCL profiling events, one warm-up run "
+                   f"(the only one uploading the inputs), "
                    f"then {repeats} times the whole tuning program as it is (cold) and with "
                    f"each kernel's input maps rewritten and output images read just before it "
                    f"(chained); median: chained for variants, cold for copies (min and max: "
