@@ -7,11 +7,12 @@ there is one) are needed only here.
 from __future__ import annotations
 
 import concurrent.futures
-import concurrent.futures.process
 import functools
 import json
-import multiprocessing
+import os
 import re
+import subprocess
+import sys
 
 from ..errors import TexscopeError
 
@@ -178,41 +179,55 @@ def compiled_kernels(source: str, device, jobs: int = 1, context=None):
         return context, {name: program for name in kernel_signatures(source)}
     try:
         programs = _built_in_processes(context, parts, device)
-    except (OSError, concurrent.futures.process.BrokenProcessPool):
+    except OSError:
         with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
             programs = list(pool.map(lambda part: _build(context, part, device), parts))
     return context, {name: program for part, program in zip(parts, programs)
                      for name in kernel_signatures(part)}
 
 
+# A worker: one part from stdin, its binary to stdout, the compiler's message
+# to stderr (exit status 3).  Started as ``python -c``, it imports neither
+# texscope nor the caller's ``__main__`` (which multiprocessing's spawn would
+# run again), only pyopencl; the devices are listed as :func:`devices` lists them.
+_WORKER = """
+import sys
+import pyopencl as cl
+device = [d for p in cl.get_platforms() for d in p.get_devices()][int(sys.argv[1])]
+try:
+    program = cl.Program(cl.Context([device]), sys.stdin.read()).build()
+except cl.RuntimeError as err:
+    sys.stderr.write(str(err))
+    sys.exit(3)
+sys.stdout.buffer.write(program.get_info(cl.program_info.BINARIES)[0])
+"""
+
+
 def _built_in_processes(context, parts: list[str], device) -> list:
-    """``parts`` compiled one per worker process, loaded into ``context``."""
+    """``parts`` compiled one per worker process, loaded into ``context``;
+    OSError where a worker cannot be started or dies without a word."""
     cl = pyopencl()
     index = next(i for i, found in enumerate(devices()) if found == device)
-    spawn = multiprocessing.get_context("spawn")  # forking a process using OpenCL is unsafe
-    with concurrent.futures.ProcessPoolExecutor(len(parts), mp_context=spawn) as pool:
-        built = list(pool.map(_binary_of, parts, [index] * len(parts)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+
+    def compile_part(part: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _WORKER, str(index)], input=part.encode(),
+                              capture_output=True, env=env, check=False)
+
+    with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
+        done = list(pool.map(compile_part, parts))
     programs = []
-    for binary, error in built:
-        if error is not None:
-            raise TexscopeError(f"{device.name.strip()} rejects the kernels: {error}")
+    for worker in done:
+        if worker.returncode == 3:
+            message = worker.stderr.decode(errors="replace")
+            raise TexscopeError(f"{device.name.strip()} rejects the kernels: {message}")
+        if worker.returncode != 0 or not worker.stdout:
+            raise OSError(f"a compiling process ended with status {worker.returncode}")
         try:
-            programs.append(cl.Program(context, [device], [binary]).build())
+            programs.append(cl.Program(context, [device], [worker.stdout]).build())
         except cl.RuntimeError as err:
             raise TexscopeError(f"{device.name.strip()} rejects the kernels: {err}") from None
     return programs
-
-
-def _binary_of(source: str, device_index: int) -> tuple[bytes | None, str | None]:
-    """In a worker process: (``source`` compiled for device ``device_index``
-    of :func:`devices`, None), or (None, the compiler's message)."""
-    cl = pyopencl()
-    device = devices()[device_index]
-    try:
-        program = cl.Program(cl.Context([device]), source).build()
-    except cl.RuntimeError as err:
-        return None, str(err)
-    return program.get_info(cl.program_info.BINARIES)[0], None
 
 
 def compile_source(source: str, device=None):

@@ -38,7 +38,7 @@ from . import tuning
 DEFAULT_REPEATS = 9
 # The inputs (every variant's operands, its weights among them) are uploaded
 # once, by the warm-up run, as a model uploads its weights once; re-uploaded
-# before every run (files before 2026-11-29 11:20) they moved the prices by
+# before every run (files before 2026-11-29 11:00) they moved the prices by
 # 0.93-1.07x per class of variant on an H200 and took half the timed part.
 # Each run of the program is timed twice: as it is (every variant's operands
 # evicted, by its turn, by the variants before it: "cold"), and with each kernel's
