@@ -223,7 +223,7 @@ class Report:
                   + (", ".join(self.untuned) if self.untuned else "none.")]
         if self.verdicts:
             lines += ["", "Against the simple plans (the tuned plan is kept only where it beats "
-                      "the better of all-buffer and all-texture by more than the noise margin):",
+                      "the better of all-buffer and all-texture by more than the margin):",
                       ""]
             lines += [f"- {v.function}: {v.reason}" for v in self.verdicts]
         return lines

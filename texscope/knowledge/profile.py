@@ -168,6 +168,18 @@ TUNING_MARGIN = Price(0.03, "zoo mobilenet_v2 on an NVIDIA H200 (docs/benchmarks
                             "plans): predicted 0.5% faster than all-buffer, measured 8% slower; "
                             "the other eight models were predicted 6-24% faster and were")
 
+# How far a tuning set's prices may stand from a model's own kernel times,
+# as a fraction of the time of the kernels (and copies) by which a tuned
+# plan differs from the extreme it is compared with: on top of the noise
+# margin.  The set prices each kernel alone, with neighbours standing in for
+# the model's; the model's times differ from them by a factor per model and
+# per storage the set cannot see.
+SET_TO_MODEL = Price(0.10, "19 models' tuned plans on an NVIDIA H200 (docs/benchmarks.md, all 19 "
+                             "models re-tuned): the six that lost 4-9% to all-buffer were kept by "
+                             "a margin of 0-7% of their differing kernels' time, the five that "
+                             "won 10-20% by 11-30% (and hand_landmark_full's earlier plan, 0.88x, "
+                             "by 11%); 10% drops five of the six and keeps every winner")
+
 
 def extreme_profiles(base: CostProfile) -> dict[str, CostProfile]:
     """``base`` pricing every eligible tensor into a texture, and into none:
