@@ -175,10 +175,11 @@ TUNING_MARGIN = Price(0.03, "zoo mobilenet_v2 on an NVIDIA H200 (docs/benchmarks
 # the model's; the model's times differ from them by a factor per model and
 # per storage the set cannot see.
 SET_TO_MODEL = Price(0.10, "19 models' tuned plans on an NVIDIA H200 (docs/benchmarks.md, all 19 "
-                             "models re-tuned): the six that lost 4-9% to all-buffer were kept by "
-                             "a margin of 0-7% of their differing kernels' time, the five that "
-                             "won 10-20% by 11-30% (and hand_landmark_full's earlier plan, 0.88x, "
-                             "by 11%); 10% drops five of the six and keeps every winner")
+                             "models re-tuned): a margin of 0-11% of their differing kernels' "
+                             "time would have dropped the six that lost 4-9% to all-buffer "
+                             "(iris_landmark 11%), 13-30% the five that won 10-20% (an earlier "
+                             "hand_landmark_full plan, 0.88x, 11%); 10% drops five of the six "
+                             "and keeps every winner")
 
 
 def extreme_profiles(base: CostProfile) -> dict[str, CostProfile]:
