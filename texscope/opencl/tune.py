@@ -39,7 +39,7 @@ DEFAULT_REPEATS = 9
 # The inputs (every variant's operands, its weights among them) are uploaded
 # once, by the warm-up run, as a model uploads its weights once; re-uploaded
 # before every run (files before 2026-11-29 11:00) they moved the prices by
-# 0.93-1.07x per class of variant on an H200 and took half the timed part.
+# 0.89-1.07x per class of variant on an H200 and took half the timed part.
 # Each run of the program is timed twice: as it is (every variant's operands
 # evicted, by its turn, by the variants before it: "cold"), and with each kernel's
 # :class:`~texscope.opencl.neighbours.Neighbours` just before it (the maps it
