@@ -284,8 +284,9 @@ def test_a_source_cut_into_parts_defines_each_kernel_once_and_runs_alike(conflic
 
 def test_the_parts_compile_in_worker_processes_and_load_as_binaries(conflict, monkeypatch):
     """Each part is compiled by a process of its own and loaded here from
-    its binary (a program made so has no source); where the processes fail
-    the parts compile in threads, from source; the numbers alike."""
+    its binary (a program made so has no source); where the workers die
+    without a word, or a binary does not load, the parts compile in
+    threads, from source; the numbers alike."""
     from texscope.opencl import source as opencl_source
 
     cl = opencl_source.pyopencl()
@@ -303,6 +304,21 @@ def test_the_parts_compile_in_worker_processes_and_load_as_binaries(conflict, mo
     in_threads = opencl.Session(conflict.plan, jobs=2).run(conflict.inputs)
     for a, b in zip(in_processes, in_threads):
         np.testing.assert_array_equal(a, b)
+    monkeypatch.undo()
+    monkeypatch.setattr(opencl_source, "PARALLEL_FROM", 1)
+    loaded, refused = [], []
+    real_program = cl.Program
+
+    def refusing_binaries(context, *args):
+        if len(args) == 2:  # (devices, binaries): a binary this driver will not load
+            refused.append(args)
+            raise cl.LogicError("clBuildProgram", cl.status_code.INVALID_BINARY, "refused here")
+        loaded.append(args)
+        return real_program(context, *args)
+    monkeypatch.setattr(cl, "Program", refusing_binaries)
+    _, programs = opencl_source.compiled_kernels(conflict.plan.source, device, jobs=2)
+    assert refused and len(programs) == len(names)
+    assert len(loaded) == len(set(map(id, programs.values())))  # each part from source, once
 
 
 def test_a_part_the_compiler_rejects_is_one_error_naming_the_device(monkeypatch):

@@ -167,8 +167,8 @@ def compiled_kernels(source: str, device, jobs: int = 1, context=None):
     load here from their binaries: NVIDIA's driver compiles one program at a
     time per process (an H200, 970 kernels in 16 parts: 26-43 s in 16
     threads, 9.4 s in 16 processes, the binaries loading in 0.06 s from the
-    driver's compute cache).  Where processes cannot be started the parts
-    compile in threads."""
+    driver's compute cache).  Where a worker cannot start, dies without a
+    word, or its binary does not load, the parts compile in threads."""
     parts = source_parts(source, jobs) if len(KERNEL.findall(source)) >= PARALLEL_FROM else [source]
     if context is None:
         context = _context(source, device)
@@ -205,9 +205,11 @@ sys.stdout.buffer.write(program.get_info(cl.program_info.BINARIES)[0])
 
 def _built_in_processes(context, parts: list[str], device) -> list:
     """``parts`` compiled one per worker process, loaded into ``context``;
-    OSError where a worker cannot be started or dies without a word."""
+    OSError where that fails for a reason other than the compiler's."""
     cl = pyopencl()
-    index = next(i for i, found in enumerate(devices()) if found == device)
+    index = next((i for i, found in enumerate(devices()) if found == device), None)
+    if index is None:  # a sub-device: not one a worker can name
+        raise OSError(f"{device.name.strip()} is not among the devices a worker lists")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
     def compile_part(part: str) -> subprocess.CompletedProcess:
@@ -225,8 +227,8 @@ def _built_in_processes(context, parts: list[str], device) -> list:
             raise OSError(f"a compiling process ended with status {worker.returncode}")
         try:
             programs.append(cl.Program(context, [device], [worker.stdout]).build())
-        except cl.RuntimeError as err:
-            raise TexscopeError(f"{device.name.strip()} rejects the kernels: {err}") from None
+        except cl.Error as err:  # the source compiled: a binary this driver will not load
+            raise OSError(f"a compiled part does not load: {err}") from None
     return programs
 
 
