@@ -128,7 +128,11 @@ def _build(context, source: str, device):
     try:
         return cl.Program(context, source).build()
     except cl.RuntimeError as err:
-        raise TexscopeError(f"{device.name.strip()} rejects the kernels: {err}") from None
+        raise _rejected(device, err) from None
+
+
+def _rejected(device, message) -> TexscopeError:
+    return TexscopeError(f"{device.name.strip()} rejects the kernels: {message}")
 
 
 def source_parts(source: str, parts: int) -> list[str]:
@@ -221,8 +225,7 @@ def _built_in_processes(context, parts: list[str], device) -> list:
     programs = []
     for worker in done:
         if worker.returncode == 3:
-            message = worker.stderr.decode(errors="replace")
-            raise TexscopeError(f"{device.name.strip()} rejects the kernels: {message}")
+            raise _rejected(device, worker.stderr.decode(errors="replace"))
         if worker.returncode != 0 or not worker.stdout:
             raise OSError(f"a compiling process ended with status {worker.returncode}")
         try:
