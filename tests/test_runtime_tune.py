@@ -87,6 +87,14 @@ def test_the_runner_writes_the_python_tuners_file(tuned):
     assert all(0 < t < 1 for t in times)
     entries = [v for k in native["kernels"].values() for v in k["variants"]] + native["copies"]
     assert all(e["min_seconds"] <= e["seconds"] <= e["max_seconds"] for e in entries)
+    # Both run the model's own all-buffer and all-texture programs whole.
+    assert list(native["in_place"]) == list(python["in_place"]) == \
+        ["function", *tuning.IN_PLACE_LABELS]
+    assert native["in_place"]["function"] == python["in_place"]["function"] == "main"
+    for label in tuning.IN_PLACE_LABELS:
+        whole = native["in_place"][label]
+        assert list(whole) == list(SPREAD)
+        assert 0 < whole["min_seconds"] <= whole["seconds"] <= whole["max_seconds"] < 1
 
 
 def _with_times_of(document: dict, timed: dict) -> dict:
@@ -98,6 +106,7 @@ def _with_times_of(document: dict, timed: dict) -> dict:
             variant.update({k: measured[k] for k in SPREAD})
     for copy, measured in zip(out["copies"], timed["copies"], strict=True):
         copy.update({k: measured[k] for k in SPREAD})
+    out["in_place"] = timed["in_place"]
     return out
 
 
@@ -161,6 +170,11 @@ BREAKAGES = {
     "no weights named": (_rewrite_manifest(lambda m: [v.pop("weights") for v in m["variants"]]),
                          "its variants name no weights (a set written by an older texscope): "
                          "write it again with `texscope tune MODEL -o DIR`"),
+    "a malformed in_place": (_rewrite_manifest(lambda m: m["in_place"]["programs"].pop("all-texture")),
+                             "\"in_place\" must name a function and a program folder for each "
+                             "of all-buffer, all-texture"),
+    "no all-texture program": (lambda d: shutil.rmtree(d / "in-place" / "all-texture"),
+                               "all-texture: no plan.json"),
     "no neighbours": (lambda d: (d / "neighbours.cl").unlink(),
                       "no neighbours.cl (a set written by an older texscope): write it again "
                       "with `texscope tune MODEL -o DIR`"),

@@ -32,6 +32,7 @@ from texscope.diagnostics.exhaustive import every_plan
 from texscope.knowledge.profile import SET_TO_MODEL
 from texscope.knowledge.targets import host_target, is_texture_scope, texture_target
 from texscope.opencl import tuning
+from texscope.opencl.executor import plan_of
 from texscope.opencl.tune import measure
 from texscope.pipeline import annotate_module
 from texscope.planner import tuned as tuned_planner
@@ -160,6 +161,11 @@ def test_timed_tuning_file_round_trips(two_convs_set, tmp_path):
             assert all(v[f"{state}_seconds"] > 0 for state in ("cold", "chained"))
             assert "warm_seconds" not in v
     assert all(c["seconds"] == c["cold_seconds"] for c in loaded["copies"])
+    # The model's own all-buffer and all-texture programs, run whole.
+    assert loaded["in_place"]["function"] == "main"
+    for label in tuning.IN_PLACE_LABELS:
+        timed = loaded["in_place"][label]
+        assert 0 < timed["min_seconds"] <= timed["seconds"] <= timed["max_seconds"]
     result = build(two_convs(), TARGET, tuning=path)
     assert len(result.report.kernels) == 4 and result.report.untuned == ()
     conv = next(k for k in result.report.kernels if k.call == "lv1")
@@ -537,6 +543,123 @@ def test_all_texture_within_its_margin_of_all_buffer_is_not_the_reference(two_co
     assert _scopes(tuned) == _scopes(buffers) and tuned.copies == buffers.copies
 
 
+def _run_whole(document, all_buffer, all_texture, spread=0.01) -> dict:
+    """``document`` with the model's all-buffer and all-texture programs
+    timed whole (seconds), each within ``spread`` of its median."""
+    def timed(value):
+        return {"seconds": value, "min_seconds": value * (1 - spread),
+                "max_seconds": value * (1 + spread)}
+    return {**document, "in_place": {"function": "main", "all-buffer": timed(all_buffer),
+                                     "all-texture": timed(all_texture)}}
+
+
+def _tuned_plan(mod, document):
+    texture, device = _device_target()
+    measured = measured_costs(mod, device, texture, document)
+    with device:
+        _, plans = annotate_module(ConvertKeepingNames(device)(mod),
+                                   attrs.evolve(texture_target(device), tuning=measured))
+    return plans["main"].tuned
+
+
+def test_the_set_carries_the_models_own_extremes(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+    assert manifest["in_place"] == {"function": "main", "programs": {
+        "all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture"}}
+    texture = texture_target(TARGET)
+    for label in tuning.IN_PLACE_LABELS:
+        written = json.loads((two_convs_set / "in-place" / label / "plan.json").read_text())
+        built = build(two_convs(), TARGET, profile=plan_profiles(texture)[label])
+        assert written["steps"] == json.loads(json.dumps(plan_of(built).to_json()["steps"]))
+    scopes = {label: {t["scope"] for t in json.loads(
+        (two_convs_set / "in-place" / label / "plan.json").read_text())["tensors"]}
+        for label in tuning.IN_PLACE_LABELS}
+    assert not any(map(is_texture_scope, scopes["all-buffer"]))
+    assert any(map(is_texture_scope, scopes["all-texture"]))
+
+
+def test_prices_are_scaled_to_the_models_own_runs(two_convs_set):
+    """The set says weights in textures save each conv 20%; run whole, the
+    model's buffer kernels take half their set prices and its texture
+    kernels 1.5 times theirs: scaled, the optimum is the all-buffer plan,
+    and both extremes cost exactly what they measured."""
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, _weights_in_textures(manifest, 2e-4), spread=0.01)
+    (unscaled,) = build(two_convs(), TARGET, tuning=document).report.verdicts
+    assert unscaled.kept == "tuned" and unscaled.tuned_s == pytest.approx(3.6e-3, rel=1e-9)
+    raw_texture = unscaled.extremes["all-texture"]
+    whole = _run_whole(document, 0.5 * 4e-3, 1.5 * raw_texture)
+    report = build(two_convs(), TARGET, tuning=whole).report
+    (verdict,) = report.verdicts
+    assert verdict.extremes["all-buffer"] == pytest.approx(2e-3, rel=1e-9)
+    assert verdict.extremes["all-texture"] == pytest.approx(1.5 * raw_texture, rel=1e-9)
+    assert verdict.tuned_s == pytest.approx(2e-3, rel=1e-9)
+    assert not any(is_texture_scope(s) for s in _scopes(report).values())
+    assert verdict.reason.startswith(
+        "tuned plan predicted 2.000 ms, all-buffer 2.000 ms: the optimum is the all-buffer plan "
+        "itself; prices scaled to the model's own programs run whole (all-buffer 2.000 ms, "
+        f"all-texture {1.5 * raw_texture * 1e3:.3f} ms): buffer kernels x0.500, kernels with a "
+        "texture operand and copies x1.500, tuned plan kept")
+    scale = _tuned_plan(two_convs(), whole).scale
+    assert (scale.applies, scale.buffer, scale.texture) == (True, pytest.approx(0.5),
+                                                            pytest.approx(1.5))
+    # Each conv reads its weights from a texture: 0.8 ms at 1.5 = 1.2 ms, its
+    # buffer variant 1 ms at 0.5 = 0.5 ms.
+    conv = next(k for k in report.kernels if k.call == "lv1")
+    assert conv.seconds == pytest.approx(0.5e-3, rel=1e-9)
+    assert dict(conv.alternatives)["in0=buffer, w1=texture, out0=buffer"] == \
+        pytest.approx(1.2e-3, rel=1e-9)
+
+
+def test_the_models_own_runs_replace_the_set_to_model_margin(two_convs_set):
+    """2.5% faster by the set: within 10% of the differing kernels, outside
+    the noise.  Where the file runs the model whole (prices as measured),
+    the margin is the noise: the set's spreads and all-buffer's own spread
+    run whole, as independent errors; the optimum is kept."""
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, _weights_in_textures(manifest, 5e-5), spread=0.01)
+    (before,) = build(two_convs(), TARGET, tuning=document).report.verdicts
+    assert before.kept == "all-buffer" and "plus 10% of the" in before.margin_source
+    whole = _run_whole(document, 4e-3, before.extremes["all-texture"], spread=0.02)
+    (verdict,) = build(two_convs(), TARGET, tuning=whole).report.verdicts
+    assert verdict.kept == "tuned"
+    assert verdict.tuned_s == pytest.approx(4e-3 - 1e-4, rel=1e-9)
+    noise = 2 * (0.01 * (1e-3 - 5e-5)) ** 2 + 2 * (0.01 * 1e-3) ** 2
+    assert verdict.margin_s == pytest.approx((noise + (0.02 * 4e-3) ** 2) ** 0.5, rel=1e-6)
+    assert "plus 10%" not in verdict.margin_source
+    assert "and all-buffer's own spread run whole, 0.080 ms, likewise; prices scaled to the " \
+        "model's own programs run whole" in verdict.margin_source
+    assert "buffer kernels x1.000, kernels with a texture operand and copies x1.000" \
+        in verdict.margin_source
+
+
+def test_runs_whole_of_another_function_scale_nothing(two_convs_set):
+    manifest = tuning.read_set(two_convs_set)
+    document = synthetic(manifest, _weights_in_textures(manifest, 5e-5), spread=0.01)
+    whole = _run_whole(document, 1e-3, 1e-3)
+    whole["in_place"]["function"] = "other"
+    (verdict,) = build(two_convs(), TARGET, tuning=whole).report.verdicts
+    assert verdict.kept == "all-buffer" and "plus 10% of the" in verdict.margin_source
+    assert verdict.extremes["all-buffer"] == pytest.approx(4e-3, rel=1e-9)
+    assert _tuned_plan(two_convs(), whole).scale.note == \
+        "the tuning file runs none of the model's programs whole"
+
+
+def test_a_malformed_run_whole_is_refused(two_convs_set, tmp_path):
+    manifest = tuning.read_set(two_convs_set)
+    document = _run_whole(synthetic(manifest, lambda k, s: 1e-3), 1e-3, 1e-3)
+    del document["in_place"]["all-texture"]
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(TexscopeError, match=r"\"in_place\" must name a function and time each "
+                                            r"of all-buffer, all-texture"):
+        tuning.load(path)
+    document["in_place"]["all-texture"] = {"seconds": -1.0}
+    path.write_text(json.dumps(document))
+    with pytest.raises(TexscopeError, match=r"in_place.all-texture: seconds -1.0 is not a time"):
+        tuning.load(path)
+
+
 def test_the_guard_is_explained_by_the_installed_commands(tmp_path):
     model = tmp_path / "model.py"
     model.write_text(MODEL_FILE.replace("C", "8"))
@@ -562,7 +685,8 @@ def test_the_guard_is_explained_by_the_installed_commands(tmp_path):
                 "0.349 ms (the default 3% of all-buffer's time: the tuning file records no "
                 "measurement spread; plus 10% of the 1.995 ms of the tuned plan's kernels and "
                 "copies that differ: how far a set's prices may stand from the model's "
-                "(docs/tuning.md)), all-buffer kept")
+                "(docs/tuning.md); the tuning file runs none of the model's programs whole), "
+                "all-buffer kept")
     explained = run("texscope", "explain", str(model), "--tuning", str(path))
     assert explained.returncode == 0, explained.stderr
     assert f"- main: {expected}" in explained.stdout
@@ -664,7 +788,10 @@ def test_the_tuner_uploads_the_inputs_once(two_convs_set, monkeypatch):
     monkeypatch.setattr(DeviceMemory, "write",
                         lambda self, spec, host: writes.append(spec.name) or original(self, spec, host))
     measure(two_convs_set, default_device(), repeats=3, progress_stream=open(os.devnull, "w"))
-    assert sorted(writes) == sorted(read_plan(two_convs_set / tuning.PROGRAM).inputs)
+    # So do the model's own programs, run whole after the set.
+    programs = [tuning.PROGRAM, *(f"in-place/{label}" for label in tuning.IN_PLACE_LABELS)]
+    assert sorted(writes) == sorted(name for folder in programs
+                                    for name in read_plan(two_convs_set / folder).inputs)
 
 
 def test_neighbours_touch_each_map_a_kernel_uses_and_change_no_value(two_convs_set):
@@ -719,3 +846,25 @@ def test_a_set_naming_no_weights_is_refused_in_one_line(two_convs_set, tmp_path)
                                    "`texscope tune MODEL -o DIR`")
     assert not (tmp_path / "tuning.json").exists()
 
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda root: shutil.rmtree(root / "in-place" / "all-texture"),
+     "in-place/all-texture: no plan.json"),
+    (lambda root: (root / tuning.SET_MANIFEST).write_text(
+        (root / tuning.SET_MANIFEST).read_text().replace('"all-buffer": "in-place/all-buffer",', "")),
+     "\"in_place\" must name a function and a program folder for each of all-buffer, "
+     "all-texture"),
+])
+def test_a_set_whose_own_programs_are_broken_is_refused_in_one_line(two_convs_set, tmp_path,
+                                                                    breakage, message):
+    """Checked before anything runs: one line, exit 2, nothing written."""
+    broken = tmp_path / "set"
+    shutil.copytree(two_convs_set, broken)
+    breakage(broken)
+    done = subprocess.run([sys.executable, "-m", "texscope.opencl.tune", str(broken), "-o",
+                           str(tmp_path / "tuning.json")], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("tune: error: ") and done.stderr.count("\n") == 1
+    assert message in done.stderr
+    assert not (tmp_path / "tuning.json").exists()

@@ -259,8 +259,9 @@ def _extremes(consumers: ConsumerInfo) -> dict:
 
 def measured_seconds(plan: ProducerInfo) -> float | None:
     """``plan`` (made by any policy) priced by the tuning file its graph's
-    target carries: the time it predicts for the plan's kernels and copies;
-    None where the plan runs a variant the tuning never measured."""
+    target carries: the time it predicts for the plan's kernels and copies
+    (scaled to the model's own runs where the file has them); None where the
+    plan runs a variant the tuning never measured."""
     graph = plan.graph
     group_of, pairs = _demand_groups(plan.consumers)
     storages = [c.storage for c in plan.choices]
@@ -273,7 +274,8 @@ def measured_seconds(plan: ProducerInfo) -> float | None:
 
     reads = [[read(t, d) for d in plan.consumers.demands[t.index]] for t in graph.tensors]
     priced = tuned.plan(plan.consumers, graph.texture.tuning, graph.texture.profile, group_of,
-                        lambda tensor: writable(graph, tensor)[0], pairs, (storages, reads))
+                        lambda tensor: writable(graph, tensor)[0], pairs, (storages, reads),
+                        extremes=_extremes(plan.consumers))
     return None if priced is None else priced.predicted_s
 
 

@@ -28,6 +28,8 @@ constexpr int kTuningVersion = 1;
 constexpr const char* kSetManifest = "tuning-set.json";
 constexpr const char* kProgram = "program";
 constexpr const char* kNeighbours = "neighbours.cl";  // tuning.py's NEIGHBOURS
+// tuning.py's IN_PLACE_LABELS: the model's own programs, run whole.
+constexpr const char* kInPlaceLabels[] = {"all-buffer", "all-texture"};
 
 Json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -82,6 +84,17 @@ Json read_set(const std::string& directory) {
       throw Error(directory + ": its variants name no weights (a set written by an older "
                   "texscope): write it again with `texscope tune MODEL -o DIR`");
   }
+  if (manifest.contains("in_place")) {
+    const Json& in_place = manifest["in_place"];
+    bool good = in_place.is_object() && in_place.value("function", Json()).is_string() &&
+                in_place.value("programs", Json()).is_object() &&
+                in_place["programs"].size() == std::size(kInPlaceLabels);
+    for (const char* label : kInPlaceLabels)
+      good = good && in_place["programs"].value(label, Json()).is_string();
+    if (!good)
+      throw Error(path + ": \"in_place\" must name a function and a program folder for each "
+                  "of all-buffer, all-texture");
+  }
   return manifest;
 }
 
@@ -117,6 +130,25 @@ std::string utc_now() {
   return text;
 }
 
+// A model's program run whole, as a model runs inference after inference: set
+// up once, one warm-up run, then `repeats` timed ones (tune.py's run_whole).
+Json run_whole(const Plan& plan, const Device& device, int repeats) {
+  const std::vector<Array> inputs = random_inputs(plan, 0);
+  Session session(plan, device);
+  std::vector<Array> outputs;
+  session.run(inputs, outputs);
+  const std::vector<Array> uploaded;
+  std::vector<double> runs;
+  for (int run = 0; run < repeats; ++run) {
+    double total = 0;
+    for (const CommandTime& command : session.run(uploaded, outputs, false))
+      total += command.seconds;
+    runs.push_back(total);
+  }
+  const auto [fastest, slowest] = std::minmax_element(runs.begin(), runs.end());
+  return Json{{"seconds", median(runs)}, {"min_seconds", *fastest}, {"max_seconds", *slowest}};
+}
+
 }  // namespace
 
 void tune(const TuneOptions& o) {
@@ -142,6 +174,11 @@ void tune(const TuneOptions& o) {
     throw Error(root + ": no " + kNeighbours + " (a set written by an older texscope): "
                 "write it again with `texscope tune MODEL -o DIR`");
   const std::string neighbours((std::istreambuf_iterator<char>(neighbours_file)), {});
+  std::vector<std::pair<std::string, Plan>> whole;  // read now: a broken one is the only line
+  if (manifest.contains("in_place"))
+    for (const char* label : kInPlaceLabels)
+      whole.emplace_back(label, read_plan(root + "/" + manifest["in_place"]["programs"][label]
+                                                           .get<std::string>()));
   const std::vector<Array> inputs = random_inputs(plan, 0);
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
@@ -203,8 +240,14 @@ void tune(const TuneOptions& o) {
     timed.update(timed_of(copy, cold));
     copies.push_back(timed);
   }
+  Json in_place;
+  if (manifest.contains("in_place")) {
+    in_place = {{"function", manifest["in_place"]["function"]}};
+    for (const auto& [label, program] : whole)
+      in_place[label] = run_whole(program, device, o.repeats);
+  }
   const Device::Info facts = device.info();
-  const Json document = {
+  Json document = {
       {"format", kTuningFormat},
       {"version", kTuningVersion},
       {"model", manifest["model"]},
@@ -232,9 +275,14 @@ void tune(const TuneOptions& o) {
                      std::to_string(o.repeats) + " times the whole tuning program as it is (cold) "
                      "and with each kernel's input maps rewritten and output images read just "
                      "before it (chained); median: chained for variants, cold for copies (min "
-                     "and max: the fastest and slowest)"},
+                     "and max: the fastest and slowest)" +
+                     std::string(in_place.is_null() ? "" :
+                                 "; the model's all-buffer and all-texture programs then run "
+                                 "whole, " + std::to_string(o.repeats) +
+                                 " times each after a warm-up (in_place)")},
       {"kernels", kernels},
       {"copies", copies}};
+  if (!in_place.is_null()) document["in_place"] = in_place;
   std::ofstream out(o.output);
   out << document.dump(1) << "\n";
   if (!out) throw Error(o.output + ": cannot write");

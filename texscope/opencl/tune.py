@@ -12,7 +12,10 @@ launches' summed profiling-event time, a copy's likewise; the
 fastest and slowest run are kept beside it (``min_seconds``,
 ``max_seconds``): the spread the planner's guard weighs.  The tuning file
 (:mod:`texscope.opencl.tuning`) records the device, driver, model and target
-the times belong to, and how long the timing took.
+the times belong to, and how long the timing took.  Where the set carries
+the model's own all-buffer and all-texture programs (``in-place/``), each is
+then set up and run whole, ``--repeats`` times after a warm-up: the times the
+planner scales the set's prices to (``in_place``).
 """
 
 from __future__ import annotations
@@ -62,7 +65,12 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     manifest = tuning.read_set(root)
     plan = read_plan(root / tuning.PROGRAM)
     inputs = random_inputs(plan)
-    progress = Progress(repeats + 2, progress_stream)
+    in_place = manifest.get("in_place")
+    # Read now, so that a broken one stops the tuner before anything runs.
+    whole_plans = {label: read_plan(root / in_place["programs"][label])
+                   for label in tuning.IN_PLACE_LABELS} if in_place else {}
+    progress = Progress(repeats + 2 + (len(tuning.IN_PLACE_LABELS) if in_place else 0),
+                        progress_stream)
     started = time.perf_counter()
     session = Session(plan, inputs, device, profile=True, jobs=jobs or os.cpu_count() or 1)
     progress.step("compiled and set up")
@@ -100,6 +108,12 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
              **timed(variant["binding"], "chained")})
     copies = [{**{k: v for k, v in copy.items() if k != "binding"}, **timed(copy["binding"], "cold")}
               for copy in manifest["copies"]]
+    whole = {}
+    if in_place:
+        whole = {"in_place": {"function": in_place["function"]}}
+        for label in tuning.IN_PLACE_LABELS:
+            whole["in_place"][label] = run_whole(whole_plans[label], device, repeats, jobs)
+            progress.step(f"{label} in place")
     return {
         "format": tuning.FORMAT,
         "version": tuning.VERSION,
@@ -116,10 +130,26 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
                    f"then {repeats} times the whole tuning program as it is (cold) and with "
                    f"each kernel's input maps rewritten and output images read just before it "
                    f"(chained); median: chained for variants, cold for copies (min and max: "
-                   f"the fastest and slowest)"),
+                   f"the fastest and slowest)"
+                   + ("; the model's all-buffer and all-texture programs then run whole, "
+                      f"{repeats} times each after a warm-up (in_place)" if in_place else "")),
         "kernels": kernels,
         "copies": copies,
+        **whole,
     }
+
+
+def run_whole(plan, device, repeats: int, jobs: int | None = None) -> dict:
+    """A model's program (a :class:`~texscope.opencl.plan.Plan`) run whole on
+    ``device``: set up once, one warm-up inference, then ``repeats`` timed
+    ones; the median, fastest and slowest of its summed profiling-event
+    time, as a model runs inference after inference."""
+    inputs = random_inputs(plan)
+    session = Session(plan, inputs, device, profile=True, jobs=jobs or os.cpu_count() or 1)
+    session.profiled(inputs)
+    runs = [sum(t.seconds for t in session.profiled(None).times) for _ in range(repeats)]
+    return {"seconds": statistics.median(runs), "min_seconds": min(runs),
+            "max_seconds": max(runs)}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -15,6 +15,10 @@ out) its ``name``, operand ``positions`` (``in0``..., ``out0``...) and
 copy size and direction a plan could need.  Each variant and copy may also
 give ``min_seconds`` and ``max_seconds``, its fastest and slowest run (the
 spread the tuned planner's guard weighs; files without them still read).
+``in_place`` (optional): the model's own all-buffer and all-texture programs
+run whole on the device, ``{"function": name, "all-buffer": timed,
+"all-texture": timed}``: the planner scales the set's prices to them
+(:mod:`texscope.planner.tuned`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ PROGRAM = "program"
 # The untimed neighbours' OpenCL (texscope.opencl.neighbours.SOURCE), beside
 # the program, for tuners that are not this package (texscope-run --tune).
 NEIGHBOURS = "neighbours.cl"
+# The model's own programs beside the set (the all-buffer and all-texture
+# plans as the build makes them), run whole by the tuner: DIR/in-place/<label>.
+IN_PLACE = "in-place"
+IN_PLACE_LABELS = ("all-buffer", "all-texture")
 
 
 def read_set(directory) -> dict:
@@ -55,6 +63,14 @@ def read_set(directory) -> dict:
             raise TexscopeError(f"{directory}: its variants name no weights (a set written by "
                                 "an older texscope): write it again with "
                                 "`texscope tune MODEL -o DIR`")
+    in_place = manifest.get("in_place")
+    if in_place is not None:
+        programs = in_place.get("programs") if isinstance(in_place, dict) else None
+        if not isinstance(in_place.get("function") if isinstance(in_place, dict) else None, str) \
+                or not isinstance(programs, dict) or set(programs) != set(IN_PLACE_LABELS) \
+                or not all(isinstance(folder, str) for folder in programs.values()):
+            raise TexscopeError(f"{path}: \"in_place\" must name a function and a program "
+                                f"folder for each of {', '.join(IN_PLACE_LABELS)}")
     return manifest
 
 
@@ -98,6 +114,14 @@ def check_tuning(document, origin: str) -> dict:
         if not isinstance(copy, dict):
             raise TexscopeError(f"{origin}: copies: each copy must be an object")
         _timed(copy, f"{origin}: copies")
+    in_place = document.get("in_place")
+    if in_place is not None:
+        if not isinstance(in_place, dict) or not isinstance(in_place.get("function"), str) \
+                or not all(isinstance(in_place.get(label), dict) for label in IN_PLACE_LABELS):
+            raise TexscopeError(f"{origin}: \"in_place\" must name a function and time each "
+                                f"of {', '.join(IN_PLACE_LABELS)}")
+        for label in IN_PLACE_LABELS:
+            _timed(in_place[label], f"{origin}: in_place.{label}")
     return document
 
 

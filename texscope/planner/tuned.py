@@ -26,6 +26,17 @@ exactly by ``scipy.optimize.milp`` (HiGHS' branch and bound):
 The same program, its storages fixed to the all-buffer and all-texture
 plans, prices those; the optimum is kept only where it beats the better of
 them by more than the measurements' noise (:func:`_verdict`).
+
+A set times each kernel alone; in the model another kernel ran just before
+it and other data sits in the caches, and the two differ by a factor per
+model and per storage (on an H200, iris_landmark's buffer kernels ran 0.86x
+their set prices in the model, its texture kernels 1.28x).  Where the tuning
+file times the model's own all-buffer and all-texture programs whole
+(``in_place``), every price is scaled by the factor of its storage class,
+buffer-only kernels by ``f_buffer`` and kernels with a texture operand (and
+copies) by ``f_texture``, the two solving "the extremes cost what they
+measured" (:func:`in_place_scale`); the optimum is then that of the scaled
+prices, and the extremes are weighed at their measured times.
 """
 
 from __future__ import annotations
@@ -98,6 +109,12 @@ class MeasuredCosts:
                 return copy
         return None
 
+    def in_place(self, function: str) -> Mapping | None:
+        """The model's all-buffer and all-texture programs timed whole, where
+        the file records them for ``function``."""
+        timed = self.document.get("in_place")
+        return timed if timed is not None and timed.get("function") == function else None
+
     @property
     def records_spread(self) -> bool:
         """Whether every variant and copy has its fastest and slowest run
@@ -135,6 +152,7 @@ class TunedPlan:
     uncovered: tuple[str, ...]
     predicted_s: float
     verdict: "Verdict | None" = None  # against the simple plans, where they were given
+    scale: "InPlaceScale | None" = None  # the prices' scaling to the model's own runs
 
 
 def _label(textures: tuple[bool, ...], positions) -> tuple[str, ...]:
@@ -327,6 +345,7 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     r = {g: var() for g in sorted(set(group_of.values()))}
     tex_copy = [var() for _ in graph.tensors]
     buf_copy = [var() for _ in graph.tensors]
+    texture_columns = set(tex_copy) | set(buf_copy)  # what f_texture scales
     rows, lo, hi = [], [], []
 
     def constrain(coeffs: dict, low: float, high: float):
@@ -398,6 +417,7 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
                 fixed[r[group]] = 0  # read as the tuned variants read it: a buffer
         ys = [var(seconds) for _, seconds in variants]
         spread.update((y, runs) for y, (_, _, runs) in zip(ys, measured_variants))
+        texture_columns.update(y for y, (textures, _) in zip(ys, variants) if any(textures))
         constrain({y: 1 for y in ys}, 1, 1)
         for p, v in enumerate(position_vars):
             coeffs = {y: 1 for y, (tex, _) in zip(ys, variants) if tex[p]}
@@ -435,7 +455,7 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
         return values
 
     def solve(values: dict[int, int]):
-        low, high = np.zeros(n), np.ones(n)
+        low, high = np.zeros(n), np.ones(n)  # the 0-1 bounds, not the spread
         for j, value in values.items():
             low[j] = high[j] = value
         result = milp(np.array(cost) * MICROSECONDS, integrality=np.ones(n),
@@ -451,17 +471,28 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
         for use, operands, ys, variants in choices:
             positions = measured.document["kernels"][use.key]["positions"]
             picked = next(i for i, y in enumerate(ys) if x[y])
-            kernels.append(KernelChoice(
+            kernels.append(KernelChoice(  # at the prices weighed: scaled, where they were
                 use.name, graph.tensors[operands[len(use.inputs)]].name,
-                _label(variants[picked][0], positions), variants[picked][1],
-                tuple((_label(t, positions), sec) for i, (t, sec) in enumerate(variants)
-                      if i != picked)))
+                _label(variants[picked][0], positions), float(cost[ys[picked]]),
+                tuple((_label(t, positions), float(cost[y])) for i, ((t, _), y)
+                      in enumerate(zip(variants, ys)) if i != picked)))
         return TunedPlan(tuple(storages), tuple(reads), tuple(kernels), tuple(uncovered),
                          float(np.dot(cost, x)))
 
+    scale = None
+    if extremes:
+        priced_raw = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
+        scale = in_place_scale(measured.in_place(graph.function), cost,
+                               np.isin(np.arange(n), sorted(texture_columns)), priced_raw,
+                               uncovered)
+        if scale.applies:
+            factor = np.where(np.isin(np.arange(n), sorted(texture_columns)),
+                              scale.texture, scale.buffer)
+            cost = list(np.array(cost) * factor)
+            spread = {j: (a * factor[j], b * factor[j]) for j, (a, b) in spread.items()}
     if given is not None:
         x = solve(fixing(given))
-        return None if x is None else tuned_plan(x)
+        return None if x is None else attrs.evolve(tuned_plan(x), scale=scale)
     best = solve(fixed)
     if best is None:
         raise TexscopeError("the tuned plan has no solution: the tuning measured no variant "
@@ -471,12 +502,73 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     priced = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
     low = np.array([spread.get(j, (c, c))[0] for j, c in enumerate(cost)])
     high = np.array([spread.get(j, (c, c))[1] for j, c in enumerate(cost)])
-    verdict = _verdict(measured, np.array(cost), low, high, best, priced)
+    verdict = _verdict(measured, np.array(cost), low, high, best, priced, scale)
     x = best if verdict.kept == "tuned" else priced[verdict.kept]
-    return attrs.evolve(tuned_plan(x), verdict=verdict)
+    return attrs.evolve(tuned_plan(x), verdict=verdict, scale=scale)
 
 
-def _verdict(measured: MeasuredCosts, cost, low, high, best, priced) -> "Verdict":
+@attrs.frozen
+class InPlaceScale:
+    """How the set's prices were scaled to the model's own runs.
+
+    ``buffer``, ``texture``: the factors (1.0 where not ``applies``);
+    ``measured``: (label, (median, fastest, slowest) seconds) of the
+    extremes run whole; ``note``: why nothing was scaled, where not."""
+
+    applies: bool
+    buffer: float = 1.0
+    texture: float = 1.0
+    measured: tuple = ()
+    note: str = ""
+
+    def describe(self) -> str:
+        if not self.applies:
+            return self.note
+        runs = ", ".join(f"{label} {median * 1e3:.3f} ms"
+                         for label, (median, _, _) in self.measured)
+        return (f"prices scaled to the model's own programs run whole ({runs}): buffer kernels "
+                f"x{self.buffer:.3f}, kernels with a texture operand and copies "
+                f"x{self.texture:.3f}")
+
+
+def in_place_scale(in_place, cost, texture_mask, priced, uncovered) -> InPlaceScale:
+    """The factors ``f_buffer`` (columns outside ``texture_mask``) and
+    ``f_texture`` (inside) that make the extremes ``priced`` (label:
+    solution) cost what ``in_place`` measured them at: two equations,
+    measured = f_buffer * (its buffer-only part) + f_texture * (its texture
+    part), one per extreme.  Where all-texture has no texture part (nothing
+    may be a texture) one factor scales both.  Not applied where the file
+    runs no program whole, where calls are priced by the cost profile (their
+    prices are gains, not times) or where the factors come out non-positive."""
+    if in_place is None:
+        return InPlaceScale(False, note="the tuning file runs none of the model's programs whole")
+    if uncovered:
+        return InPlaceScale(False, note=f"not scaled to the model's own runs: {len(uncovered)} "
+                                        f"calls priced by the cost profile")
+    labels = ("all-buffer", "all-texture")
+    if any(priced.get(label) is None for label in labels):
+        return InPlaceScale(False, note="not scaled to the model's own runs: an extreme the "
+                                        "tuning cannot price")
+    cost = np.asarray(cost, dtype=float)
+    measured = tuple((label, tuple(float(in_place[label][k]) for k in
+                                   ("seconds", "min_seconds", "max_seconds")))
+                     for label in labels)
+    parts = np.array([[float(np.dot(cost * ~texture_mask, priced[label])),
+                       float(np.dot(cost * texture_mask, priced[label]))] for label in labels])
+    times = np.array([median for _, (median, _, _) in measured])
+    if abs(np.linalg.det(parts)) <= 1e-12 * float(np.abs(parts).max() ** 2 or 1.0):
+        factors = np.full(2, times.sum() / parts.sum())
+    else:
+        factors = np.linalg.solve(parts, times)
+    if not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+        return InPlaceScale(False, note=f"not scaled to the model's own runs: factors "
+                                        f"{factors[0]:.3f} (buffers), {factors[1]:.3f} "
+                                        f"(textures) are no scale")
+    return InPlaceScale(True, float(factors[0]), float(factors[1]), measured)
+
+
+def _verdict(measured: MeasuredCosts, cost, low, high, best, priced,
+             scale: InPlaceScale | None = None) -> "Verdict":
     """Keep the optimum ``best`` only where it beats the reference extreme
     of ``priced`` (label: solution, None where not priced) by more than
     :func:`_margin`.  The reference is the all-buffer plan unless the
@@ -489,32 +581,36 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced) -> "Verdict
                   for label, x in priced.items())
     seconds = dict(times)
     candidates = [label for label, sec in times if sec is not None]
+    scaled = f"; {scale.describe()}" if scale is not None and scale.applies else ""
     if not candidates:
         return Verdict("tuned", tuned_s, times, 0.0, "neither extreme is a plan the tuning priced")
     label, note = min(candidates, key=lambda c: seconds[c]), ""
     if len(candidates) == 2 and label == "all-texture":
         texture_margin, _ = _margin(measured, cost, low, high, priced[label], priced["all-buffer"],
-                                    "all-buffer")
+                                    "all-buffer", scale)
         if seconds[label] + texture_margin >= seconds["all-buffer"]:
             label = "all-buffer"
             note = (f" (all-texture within its margin {texture_margin * 1e3:.3f} ms of "
                     f"all-buffer: not the reference)")
     extreme = priced[label]
     if (extreme == best).all():
-        return Verdict("tuned", tuned_s, times, 0.0, f"the optimum is the {label} plan itself",
-                       label, note)
-    margin_s, source = _margin(measured, cost, low, high, best, extreme, label)
+        return Verdict("tuned", tuned_s, times, 0.0,
+                       f"the optimum is the {label} plan itself{scaled}", label, note)
+    margin_s, source = _margin(measured, cost, low, high, best, extreme, label, scale)
     kept = "tuned" if tuned_s + margin_s < seconds[label] else label
-    return Verdict(kept, tuned_s, times, margin_s, source, label, note)
+    return Verdict(kept, tuned_s, times, margin_s, source + scaled, label, note)
 
 
-def _margin(measured: MeasuredCosts, cost, low, high, plan, extreme, label: str):
+def _margin(measured: MeasuredCosts, cost, low, high, plan, extreme, label: str,
+            scale: InPlaceScale | None = None):
     """(seconds, where they come from): by how much ``plan`` must beat the
     extreme ``label`` (solutions).  The spread of the measurements where the
     two differ when the file records it (``plan``'s kernels and copies at
     their slowest runs, the extreme's at their fastest, added as independent
     errors: the root of the sum of squares), else :data:`TUNING_MARGIN` of
-    the extreme's time; plus :data:`SET_TO_MODEL` of the time of ``plan``'s
+    the extreme's time; then, where the prices were scaled to the model's
+    own runs (``scale``), the extreme's spread run whole, as one more
+    independent error; else :data:`SET_TO_MODEL` of the time of ``plan``'s
     kernels and copies that differ.  Added outright, the spreads grew with
     the kernels that differ: zoo/chain64's optimum, 13% under all-buffer by
     its H200 tuning file, met a margin of 17% over its 130 differing kernels
@@ -533,11 +629,18 @@ def _margin(measured: MeasuredCosts, cost, low, high, plan, extreme, label: str)
         why = ("records no measurement spread" if not measured.records_spread else
                f"measured {repeats} run(s), too few for a spread (at least {SPREAD_RUNS})")
         source = f"the default {TUNING_MARGIN.value:.0%} of {label}'s time: the tuning file {why}"
+    if scale is not None and scale.applies:
+        median, fastest, slowest = dict(scale.measured)[label]
+        whole_s = max(median - fastest, slowest - median)
+        margin_s = math.sqrt(margin_s ** 2 + whole_s ** 2)
+        source += f"; and {label}'s own spread run whole, {whole_s * 1e3:.3f} ms, likewise"
+        return margin_s, source
     differing_s = float(np.dot(cost, only_plan))
     margin_s += SET_TO_MODEL.value * differing_s
     source += (f"; plus {SET_TO_MODEL.value:.0%} of the {differing_s * 1e3:.3f} ms of the tuned "
                f"plan's kernels and copies that differ: how far a set's prices may stand from "
-               f"the model's (docs/tuning.md)")
+               f"the model's (docs/tuning.md)"
+               + (f"; {scale.note}" if scale is not None and scale.note else ""))
     return margin_s, source
 
 

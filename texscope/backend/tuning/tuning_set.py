@@ -14,7 +14,12 @@ its operands on the variant's VDevices, built through the build's own
 passes after fusion (specialization, scheduling, lowering): the kernel as
 the final build builds it.  The copies a plan could need (each texture
 flavour's tensor shapes, both ways) are calls of ``to_vdevice`` in the same
-module.  Identical (kernel, storages) pairs are built once.
+module.  Identical (kernel, storages) pairs are built once.  Beside them go
+the model's own all-buffer and all-texture programs, built as
+:func:`texscope.build` builds them (``in-place/``): a kernel's time in the
+set is not its time in the model (another kernel ran before it, other data
+sits in the caches), and the tuner runs these two whole so that the planner
+can scale the set's prices to the model's (:mod:`texscope.planner.tuned`).
 
 The set is a portable program (``program/``: plan.json, kernels.cl,
 weights.npz) and a manifest, ``tuning-set.json``, naming the binding of each
@@ -38,11 +43,12 @@ from tvm import relax
 from ...errors import TexscopeError
 from ...ir.graph import CALL_TIR, static_dims, static_shape
 from ...ir.rebuild import with_vdevice
+from ...knowledge.profile import extreme_profiles
 from ...knowledge.targets import VDeviceTable, host_target, is_texture_scope, texture_target
 from ...opencl import neighbours, tuning as tuning_format
 from ...opencl.executor import plan_of
 from ...diagnostics.report import Report
-from ..build import (TIR_PIPELINE_MANY_KERNELS, BuildResult, after_fusion_passes,
+from ..build import (TIR_PIPELINE_MANY_KERNELS, BuildResult, after_fusion_passes, build,
                      compile_opencl)
 from ..fusion import run_under
 from .measured import fused_kernels, kernel_key, model_fingerprint, plan_profiles, target_label
@@ -210,6 +216,8 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     (root / tuning_format.PROGRAM).mkdir(parents=True)
     plan.write(root / tuning_format.PROGRAM)
     (root / tuning_format.NEIGHBOURS).write_text(neighbours.SOURCE)
+    in_place = _in_place_programs(mod, target, texture, root)
+    log(f"  the model's {' and '.join(in_place['programs'])} programs built, to run whole")
     kernels = {key: {"name": entry["name"], "positions": entry["positions"],
                      "shapes": [list(static_dims(ty.shape)) for ty in entry["types"]],
                      "scopes": [sorted(s) for s in entry["scopes"]]}
@@ -226,9 +234,23 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
         "kernels": kernels,
         "variants": variants,
         "copies": copies,
+        "in_place": in_place,
     }
     path = root / tuning_format.SET_MANIFEST
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     log(f"  {len(kernels)} kernels, {len(variants)} variants, {len(copies)} copies "
         f"in {manifest['build_s']} s")
     return path
+
+
+def _in_place_programs(mod: tvm.IRModule, target, texture, root: Path) -> dict:
+    """Build ``mod``'s all-buffer and all-texture plans (the extremes the
+    planner's guard weighs) into ``root``/in-place; the manifest's entry."""
+    programs = {}
+    profiles = extreme_profiles(texture.profile)
+    for label in tuning_format.IN_PLACE_LABELS:
+        folder = Path(tuning_format.IN_PLACE) / label
+        (root / folder).mkdir(parents=True)
+        plan_of(build(mod, target, profile=profiles[label])).write(root / folder)
+        programs[label] = folder.as_posix()
+    return {"function": "main", "programs": programs}
