@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -287,53 +288,66 @@ def measure(directory: Path, device, runs: int, one_shot: bool = False,
     (``contexts``: a context each, as before 2026-11-29 09:00); ``one_shot``:
     a fresh session every run (allocation, weight upload and the first
     writes into new images inside the timed kernels)."""
-    from texscope.opencl import replay as rp
+    found = {}
+    try:
+        for root in sorted(p for p in directory.iterdir() if (p / "meta.json").is_file()):
+            _measure_model(root, found, device, runs, one_shot, contexts)
+    except KeyboardInterrupt:  # a device call's time limit: the models done still count
+        print(f"  interrupted: the table holds the {len(found)} models measured before",
+              flush=True)
+    return found
+
+
+def _measure_model(root: Path, found: dict, device, runs: int, one_shot: bool,
+                   contexts: bool) -> None:
+    """Measure one exported model's builds into ``found``."""
+    from texscope.opencl import replay as rp  # pylint: disable=import-outside-toplevel
     from texscope.opencl.plan import read_plan
     from texscope.opencl.session import Session
     from texscope.opencl.source import default_device, pyopencl
 
-    found = {}
-    for root in sorted(p for p in directory.iterdir() if (p / "meta.json").is_file()):
-        meta = json.loads((root / "meta.json").read_text())
-        if "predicted_s" not in meta:
-            print(f"  {root.name}: no tuned build (run --export-tuned); skipped")
-            continue
-        labels = [*meta["builds"], AGAIN]
-        plans = {label: read_plan(root / folder("all buffer" if label == AGAIN else label))
-                 for label in labels}
-        inputs, expected = read_case(root, plans["all buffer"])
-        if one_shot:
-            runners = {label: lambda plan=plan: rp.replay(plan, inputs, device)
-                       for label, plan in plans.items()}
-        else:
-            # One context for the model's sessions (``contexts``: one each).
-            shared = None if contexts else pyopencl().Context([device or default_device()])
-            sessions = {label: Session(plan, rp.in_order(plan.inputs, inputs), device,
-                                       profile=True, context=shared)
-                        for label, plan in plans.items()}
-            runners = {label: lambda session=session: session.profiled(
-                rp.in_order(session.plan.inputs, inputs)) for label, session in sessions.items()}
-        results = {label: [run()] for label, run in runners.items()}
-        for turn in rotations(list(plans), runs):
-            for label in turn:
-                results[label].append(runners[label]())
-        runners = sessions = None  # each model's device memory goes before the next's
-        tuning = json.loads((root / TUNING).read_text())
-        rows = {}
-        for label, done in results.items():
-            timed = done[1:]
-            seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
-            ok = agreement(done[0].outputs, expected).ok
-            rows[label] = {"run": done[0], "seconds": seconds, "ok": ok,
-                           "times": rp.median_times(timed),
-                           "predicted": meta["predicted_s"].get(label),
-                           "digest": program_digest(root / folder(
-                               "all buffer" if label == AGAIN else label))}
-        found[meta["model"]] = {"rows": rows, "set_build_s": meta["set_build_s"],
-                                "tune_s": tuning.get("tune_wall_s"),
-                                "untuned": meta.get("untuned_calls", 0)}
-        print(f"  {meta['model']}: ran", flush=True)
-    return found
+    meta = json.loads((root / "meta.json").read_text())
+    if "predicted_s" not in meta:
+        print(f"  {root.name}: no tuned build (run --export-tuned); skipped")
+        return
+    labels = [*meta["builds"], AGAIN]
+    plans = {label: read_plan(root / folder("all buffer" if label == AGAIN else label))
+             for label in labels}
+    inputs, expected = read_case(root, plans["all buffer"])
+    if one_shot:
+        runners = {label: lambda plan=plan: rp.replay(plan, inputs, device)
+                   for label, plan in plans.items()}
+    else:
+        # One context for the model's sessions (``contexts``: one each).
+        shared = None if contexts else pyopencl().Context([device or default_device()])
+        # Compiled in worker processes, one per CPU: one driver thread
+        # compiles a model's program in minutes (the adreno preset's).
+        sessions = {label: Session(plan, rp.in_order(plan.inputs, inputs), device,
+                                   profile=True, context=shared,
+                                   jobs=os.cpu_count() or 1)
+                    for label, plan in plans.items()}
+        runners = {label: lambda session=session: session.profiled(
+            rp.in_order(session.plan.inputs, inputs)) for label, session in sessions.items()}
+    results = {label: [run()] for label, run in runners.items()}
+    for turn in rotations(list(plans), runs):
+        for label in turn:
+            results[label].append(runners[label]())
+    runners = sessions = None  # each model's device memory goes before the next's
+    tuning = json.loads((root / TUNING).read_text())
+    rows = {}
+    for label, done in results.items():
+        timed = done[1:]
+        seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
+        ok = agreement(done[0].outputs, expected).ok
+        rows[label] = {"run": done[0], "seconds": seconds, "ok": ok,
+                       "times": rp.median_times(timed),
+                       "predicted": meta["predicted_s"].get(label),
+                       "digest": program_digest(root / folder(
+                           "all buffer" if label == AGAIN else label))}
+    found[meta["model"]] = {"rows": rows, "set_build_s": meta["set_build_s"],
+                            "tune_s": tuning.get("tune_wall_s"),
+                            "untuned": meta.get("untuned_calls", 0)}
+    print(f"  {meta['model']}: ran", flush=True)
 
 
 def as_json(found: dict) -> dict:

@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -365,7 +366,8 @@ def test_the_tuned_bench_refuses_a_broken_tuning_file_in_one_line(tmp_path):
     assert sorted(p.name for p in (tmp_path / "zoo_inception").iterdir()) == ["meta.json"]
 
 
-def test_the_tuned_replay_sets_each_build_up_once_in_one_context_unless_asked(tmp_path, monkeypatch):
+def test_the_tuned_replay_sets_each_build_up_once_in_one_context_unless_asked(tmp_path, monkeypatch,
+                                                                             capsys):
     pytest.importorskip("pyopencl")
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
@@ -421,3 +423,20 @@ def test_the_tuned_replay_sets_each_build_up_once_in_one_context_unless_asked(tm
     made.clear()
     tuned.measure(tmp_path, None, 9, one_shot=True)
     assert len(made) == 5 * 10  # a first run to check the outputs, then 9 timed
+    # Stopped by a device call's time limit (SIGINT) while setting up the
+    # second model: the first one's rows are kept, and the table says so.
+    shutil.copytree(root, tmp_path / "second")
+    second = json.loads((tmp_path / "second" / "meta.json").read_text())
+    (tmp_path / "second" / "meta.json").write_text(json.dumps({**second, "model": "second"}))
+
+    class Interrupted(Counted):
+        def __init__(self, *args, **kwargs):
+            if len(made) == 5:
+                raise KeyboardInterrupt
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(opencl_session, "Session", Interrupted)
+    made.clear()
+    found = tuned.measure(tmp_path, None, 9)
+    assert list(found) == ["relu"] and len(made) == 5
+    assert "interrupted: the table holds the 1 models measured before" in capsys.readouterr().out
