@@ -645,6 +645,56 @@ def test_runs_whole_of_another_function_scale_nothing(two_convs_set):
         "the tuning file runs none of the model's programs whole"
 
 
+def _whole(all_buffer, all_texture):
+    return {"function": "main",
+            **{label: {"seconds": t, "min_seconds": t, "max_seconds": t}
+               for label, t in (("all-buffer", all_buffer), ("all-texture", all_texture))}}
+
+
+def test_the_scale_solves_one_equation_per_extreme():
+    """Columns: two buffer-only kernels (1 and 2 ms) and a texture kernel
+    (3 ms); all-buffer runs the first two, all-texture the first and the
+    third.  Measured 6 and 11 ms: 3 * f_b = 6, f_b + 3 * f_t = 11."""
+    cost = [1e-3, 2e-3, 3e-3]
+    mask = np.array([False, False, True])
+    priced = {"all-buffer": np.array([1, 1, 0]), "all-texture": np.array([1, 0, 1])}
+    scale = tuned_planner.in_place_scale(_whole(6e-3, 11e-3), cost, mask, priced, ())
+    assert scale.applies and scale.buffer == pytest.approx(2.0) and scale.texture == pytest.approx(3.0)
+    assert scale.describe() == ("prices scaled to the model's own programs run whole (all-buffer "
+                                "6.000 ms, all-texture 11.000 ms): buffer kernels x2.000, kernels "
+                                "with a texture operand and copies x3.000")
+
+
+def test_extremes_without_a_texture_share_one_factor():
+    """Nothing may be a texture: both extremes run the same buffer kernels,
+    the two equations are one, and one factor (their summed times over their
+    summed prices) scales both classes."""
+    cost = [1e-3, 2e-3]
+    mask = np.array([False, False])
+    same = np.array([1, 1])
+    scale = tuned_planner.in_place_scale(_whole(6e-3, 6.6e-3), cost, mask,
+                                         {"all-buffer": same, "all-texture": same}, ())
+    assert scale.applies and scale.buffer == scale.texture == pytest.approx(12.6 / 6)
+
+
+@pytest.mark.parametrize("whole, priced, uncovered, note", [
+    (None, {}, (), "the tuning file runs none of the model's programs whole"),
+    (_whole(6e-3, 11e-3), {}, ("lv3",), "not scaled to the model's own runs: 1 calls priced by "
+                                        "the cost profile"),
+    (_whole(6e-3, 11e-3), {"all-buffer": np.array([1, 1, 0]), "all-texture": None}, (),
+     "not scaled to the model's own runs: an extreme the tuning cannot price"),
+    # All-texture measured faster than its buffer part alone: f_texture < 0.
+    (_whole(6e-3, 1e-3), {"all-buffer": np.array([1, 1, 0]), "all-texture": np.array([1, 0, 1])},
+     (), "not scaled to the model's own runs: factors 2.000 (buffers), -0.333 (textures) are "
+         "no scale"),
+])
+def test_what_cannot_be_scaled_is_left_as_measured(whole, priced, uncovered, note):
+    scale = tuned_planner.in_place_scale(whole, [1e-3, 2e-3, 3e-3], np.array([False, False, True]),
+                                         priced, uncovered)
+    assert not scale.applies and (scale.buffer, scale.texture) == (1.0, 1.0)
+    assert scale.note == note and scale.describe() == note
+
+
 def test_a_malformed_run_whole_is_refused(two_convs_set, tmp_path):
     manifest = tuning.read_set(two_convs_set)
     document = _run_whole(synthetic(manifest, lambda k, s: 1e-3), 1e-3, 1e-3)

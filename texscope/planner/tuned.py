@@ -481,13 +481,12 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
 
     scale = None
     if extremes:
+        texture_mask = np.isin(np.arange(n), sorted(texture_columns))
         priced_raw = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
-        scale = in_place_scale(measured.in_place(graph.function), cost,
-                               np.isin(np.arange(n), sorted(texture_columns)), priced_raw,
+        scale = in_place_scale(measured.in_place(graph.function), cost, texture_mask, priced_raw,
                                uncovered)
         if scale.applies:
-            factor = np.where(np.isin(np.arange(n), sorted(texture_columns)),
-                              scale.texture, scale.buffer)
+            factor = np.where(texture_mask, scale.texture, scale.buffer)
             cost = list(np.array(cost) * factor)
             spread = {j: (a * factor[j], b * factor[j]) for j, (a, b) in spread.items()}
     if given is not None:
