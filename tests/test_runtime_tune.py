@@ -97,6 +97,30 @@ def test_the_runner_writes_the_python_tuners_file(tuned):
         assert 0 < whole["min_seconds"] <= whole["seconds"] <= whole["max_seconds"] < 1
 
 
+def test_the_runner_runs_an_earlier_plan_whole_as_the_python_tuner(tuned):
+    """A second round (texscope tune --tuning): both tuners run the plan the
+    earlier file chose beside the extremes, and carry that file."""
+    made = run("texscope", "tune", tuned / "model.py", "--target", "adreno-opencl",
+               "--tuning", tuned / "python.json", "-o", tuned / "set2")
+    assert made.returncode == 0, made.stderr
+    files = {}
+    for name, command in (("python", (sys.executable, "-m", "texscope.opencl.tune")),
+                          ("native", (BINARY, "--tune"))):
+        done = run(*command, tuned / "set2", "-o", tuned / f"{name}2.json", "--repeats", REPEATS)
+        assert done.returncode == 0, done.stderr
+        files[name] = tuning.load(tuned / f"{name}2.json")
+    python, native = files["python"], files["native"]
+    assert list(native) == list(python)
+    assert list(native["in_place"]) == ["function", *tuning.IN_PLACE_LABELS, tuning.PREVIOUS]
+    assert list(native["in_place"]["previous"]) == list(SPREAD)
+    assert native["previous_tuning"] == python["previous_tuning"] == \
+        json.loads((tuned / "python.json").read_text())
+    assert native["method"] == python["method"].replace(
+        "python -m texscope.opencl.tune", "texscope-run --tune")
+    assert "the model's all-buffer, all-texture, previous programs then run whole" \
+        in native["method"]
+
+
 def _with_times_of(document: dict, timed: dict) -> dict:
     """``document`` with every variant's and copy's seconds taken from ``timed``."""
     out = json.loads(json.dumps(document))
@@ -173,6 +197,9 @@ BREAKAGES = {
     "a malformed in_place": (_rewrite_manifest(lambda m: m["in_place"]["programs"].pop("all-texture")),
                              "\"in_place\" must name a function and a program folder for each "
                              "of all-buffer, all-texture"),
+    "a previous program without its tuning": (
+        _rewrite_manifest(lambda m: m["in_place"]["programs"].update(previous="in-place/x")),
+        "a \"previous\" program goes with the \"previous_tuning\" that chose it"),
     "no all-texture program": (lambda d: shutil.rmtree(d / "in-place" / "all-texture"),
                                "all-texture: no plan.json"),
     "no neighbours": (lambda d: (d / "neighbours.cl").unlink(),

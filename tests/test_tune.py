@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -414,6 +415,28 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
     assert not_tuning.returncode == 2 and len(not_tuning.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "refused").exists()
 
+    # A second round: the set made with the first file runs the plan that
+    # file chose whole; the build weighs it at that time.
+    again = run("texscope", "tune", str(model), "--tuning", str(tmp_path / "tuning.json"),
+                "-o", str(tmp_path / "set2"))
+    assert again.returncode == 0, again.stderr
+    timed = run(sys.executable, "-m", "texscope.opencl.tune", str(tmp_path / "set2"),
+                "-o", str(tmp_path / "tuning2.json"), "--repeats", "3")
+    assert timed.returncode == 0, timed.stderr
+    second = tuning.load(tmp_path / "tuning2.json")
+    assert set(second["in_place"]) == {"function", "all-buffer", "all-texture", "previous"}
+    assert second["previous_tuning"] == json.loads((tmp_path / "tuning.json").read_text())
+    built = run("texscope", "build", str(model), "--tuning", str(tmp_path / "tuning2.json"),
+                "-o", str(tmp_path / "out2"))
+    assert built.returncode == 0, built.stderr
+    (verdict,) = json.loads((tmp_path / "out2" / "report.json").read_text())["tuned_plans"]
+    assert verdict["extremes"]["previous"] == second["in_place"]["previous"]["seconds"]
+    # Another model's file as the earlier one: one line, status 2, nothing written.
+    refused = run("texscope", "tune", str(other), "--tuning", str(tmp_path / "tuning.json"),
+                  "-o", str(tmp_path / "refused"))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "another model" in refused.stderr and not (tmp_path / "refused").exists()
+
 
 # The guard: the measured optimum is kept only where it beats the better of
 # the all-buffer and all-texture plans (as the build makes them) by more than
@@ -693,6 +716,106 @@ def test_what_cannot_be_scaled_is_left_as_measured(whole, priced, uncovered, not
                                          priced, uncovered)
     assert not scale.applies and (scale.buffer, scale.texture) == (1.0, 1.0)
     assert scale.note == note and scale.describe() == note
+
+
+@pytest.fixture(scope="module")
+def second_round(tmp_path_factory, two_convs_set):
+    """A set made with an earlier tuning file whose plan puts both convs'
+    weights in textures (each conv 20% faster there): that plan built and
+    run whole beside the extremes."""
+    earlier = synthetic(tuning.read_set(two_convs_set),
+                        _weights_in_textures(tuning.read_set(two_convs_set), 2e-4), spread=0.01)
+    root = tmp_path_factory.mktemp("second") / "set"
+    tuning_set.export(two_convs(), TARGET, root, "two_convs", log=lambda *_: None,
+                      previous={**earlier, "origin": "earlier.json"})
+    return root, earlier
+
+
+def test_a_second_round_runs_the_earlier_plan_whole(second_round):
+    root, earlier = second_round
+    manifest = tuning.read_set(root)
+    assert manifest["in_place"]["programs"] == {
+        "all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture",
+        "previous": "in-place/previous"}
+    assert manifest["previous_tuning"] == earlier
+    written = json.loads((root / "in-place" / "previous" / "plan.json").read_text())
+    built = build(two_convs(), TARGET, tuning=earlier)
+    assert written["steps"] == json.loads(json.dumps(plan_of(built).to_json()["steps"]))
+    # The program names a weight by the call reading it; the report by the constant.
+    textures = {t["name"] for t in written["tensors"] if is_texture_scope(t["scope"])}
+    assert textures == {"lv.const0", "lv1.const1"}
+    assert {n for n, s in _scopes(built.report).items() if is_texture_scope(s)} == \
+        {"const0", "const1"}
+
+
+def _second(root, earlier, previous_s, prices, texture_s=8e-3):
+    """The second round's tuning file: ``prices`` per variant, the
+    extremes run whole at what the prices say (all-buffer 4 ms), the
+    earlier plan at ``previous_s``."""
+    document = synthetic(tuning.read_set(root), prices, spread=0.01)
+    whole = _run_whole(document, 4e-3, texture_s, spread=0.01)
+    timed = {"seconds": previous_s, "min_seconds": previous_s * 0.99,
+             "max_seconds": previous_s * 1.01}
+    return {**whole, "in_place": {**whole["in_place"], "previous": timed},
+            "previous_tuning": earlier}
+
+
+def test_the_earlier_plan_is_weighed_at_its_measured_time(second_round):
+    """The same prices choose the earlier plan again: predicted 3.6 ms,
+    it ran 4.5 ms whole, slower than all-buffer's 4 ms measured: all-buffer
+    is kept.  Where it ran 3 ms, it is kept, at 3 ms."""
+    root, earlier = second_round
+    manifest = tuning.read_set(root)
+    all_texture = build(two_convs(), TARGET, tuning=earlier).report.verdicts[0].extremes[
+        "all-texture"]
+    prices = _weights_in_textures(manifest, 2e-4)
+    slow = _second(root, earlier, 4.5e-3, prices, all_texture)
+    report = build(two_convs(), TARGET, tuning=slow).report
+    (verdict,) = report.verdicts
+    assert verdict.kept == "all-buffer" and verdict.tuned_s == pytest.approx(4.5e-3)
+    assert verdict.extremes["previous"] == pytest.approx(4.5e-3)
+    assert verdict.margin_s == pytest.approx(math.hypot(0.01 * 4.5e-3, 0.01 * 4e-3))
+    assert verdict.margin_source.startswith(
+        "the optimum is the previous plan, measured whole: its spread 0.045 ms and all-buffer's "
+        "0.040 ms as independent errors")
+    assert not any(is_texture_scope(s) for s in _scopes(report).values())
+    fast = build(two_convs(), TARGET, tuning=_second(root, earlier, 3e-3, prices, all_texture))
+    (verdict,) = fast.report.verdicts
+    assert verdict.kept == "tuned" and verdict.tuned_s == pytest.approx(3e-3)
+    assert verdict.reason.startswith("tuned plan predicted 3.000 ms, previous 3.000 ms: the "
+                                     "optimum is the previous plan itself")
+    assert {n for n, s in _scopes(fast.report).items() if is_texture_scope(s)} == \
+        {"const0", "const1"}
+
+
+def test_an_earlier_plan_that_ran_fastest_is_the_one_to_beat(second_round):
+    """The new prices say textures lose everywhere (the optimum all-buffer,
+    4 ms measured), but the earlier plan ran 3 ms whole: it is kept."""
+    root, earlier = second_round
+    manifest = tuning.read_set(root)
+
+    def losing(kernel, scopes):
+        if kernel is None:
+            return 1.0
+        return 1e-3 + 1e-3 * sum(is_texture_scope(s) for s in scopes)
+
+    whole = _second(root, earlier, 3e-3, losing, texture_s=1e-2)
+    report = build(two_convs(), TARGET, tuning=whole).report
+    (verdict,) = report.verdicts
+    assert verdict.kept == "previous" and verdict.tuned_s == pytest.approx(4e-3)
+    assert verdict.reason.startswith("tuned plan predicted 4.000 ms, previous 3.000 ms: within "
+                                     "the margin")
+    assert "previous kept" in verdict.reason
+    assert {n for n, s in _scopes(report).items() if is_texture_scope(s)} == {"const0", "const1"}
+
+
+def test_a_previous_tuning_of_another_model_is_refused_before_anything_is_written(
+        two_convs_set, tmp_path):
+    earlier = synthetic(tuning.read_set(two_convs_set), lambda k, s: 1e-3)
+    with pytest.raises(TexscopeError, match="earlier.json was measured for another model"):
+        tuning_set.export(one_conv(), TARGET, tmp_path / "set", "one_conv", log=lambda *_: None,
+                          previous={**earlier, "origin": "earlier.json"})
+    assert not (tmp_path / "set").exists()
 
 
 def test_a_malformed_run_whole_is_refused(two_convs_set, tmp_path):

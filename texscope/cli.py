@@ -165,9 +165,11 @@ def cmd_tune(args) -> None:
     out = Path(args.output)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TexscopeError(f"{out} exists and is not an empty folder; not writing into it")
+    previous = _tuning_file(args.tuning)
     model = load_model(args.model, args.module)
     try:
-        path = tuning_set.export(model, args.target, out, Path(args.model).stem)
+        path = tuning_set.export(model, args.target, out, Path(args.model).stem,
+                                 previous=previous)
     except TexscopeError as err:
         raise TexscopeError(f"{args.model}: {err}") from None
     print(f"tuning set written to {path.parent}: time it on the device with "
@@ -515,6 +517,9 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="adreno-opencl", help=TARGET_HELP)
     p.add_argument("--module", help="which IRModule of the file (default: the only one)")
     p.add_argument("-o", "--output", required=True, help="the tuning set's folder (new or empty)")
+    p.add_argument("--tuning", help="an earlier tuning file of this model: the plan it chooses "
+                                    "is run whole with the set, and the next build weighs it at "
+                                    "that measured time")
     p.set_defaults(run=cmd_tune)
     p = commands.add_parser("ops", help="print the operator registry")
     p.set_defaults(run=cmd_ops)

@@ -30,6 +30,7 @@ constexpr const char* kProgram = "program";
 constexpr const char* kNeighbours = "neighbours.cl";  // tuning.py's NEIGHBOURS
 // tuning.py's IN_PLACE_LABELS: the model's own programs, run whole.
 constexpr const char* kInPlaceLabels[] = {"all-buffer", "all-texture"};
+constexpr const char* kPrevious = "previous";  // tuning.py's PREVIOUS
 
 Json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -87,13 +88,21 @@ Json read_set(const std::string& directory) {
   if (manifest.contains("in_place")) {
     const Json& in_place = manifest["in_place"];
     bool good = in_place.is_object() && in_place.value("function", Json()).is_string() &&
-                in_place.value("programs", Json()).is_object() &&
-                in_place["programs"].size() == std::size(kInPlaceLabels);
+                in_place.value("programs", Json()).is_object();
+    size_t known = 0;
     for (const char* label : kInPlaceLabels)
-      good = good && in_place["programs"].value(label, Json()).is_string();
-    if (!good)
+      known += good && in_place["programs"].value(label, Json()).is_string();
+    const bool previous = good && in_place["programs"].contains(kPrevious);
+    if (previous) good = in_place["programs"][kPrevious].is_string();
+    if (!good || known != std::size(kInPlaceLabels) ||
+        in_place["programs"].size() != known + previous)
       throw Error(path + ": \"in_place\" must name a function and a program folder for each "
                   "of all-buffer, all-texture");
+    if (previous != manifest.contains("previous_tuning"))
+      throw Error(path + ": a \"previous\" program goes with the \"previous_tuning\" that "
+                  "chose it");
+    if (previous && !manifest["previous_tuning"].is_object())
+      throw Error(path + ": previous_tuning: not a texscope tuning file");
   }
   return manifest;
 }
@@ -176,9 +185,8 @@ void tune(const TuneOptions& o) {
   const std::string neighbours((std::istreambuf_iterator<char>(neighbours_file)), {});
   std::vector<std::pair<std::string, Plan>> whole;  // read now: a broken one is the only line
   if (manifest.contains("in_place"))
-    for (const char* label : kInPlaceLabels)
-      whole.emplace_back(label, read_plan(root + "/" + manifest["in_place"]["programs"][label]
-                                                           .get<std::string>()));
+    for (const auto& [label, folder] : manifest["in_place"]["programs"].items())
+      whole.emplace_back(label, read_plan(root + "/" + folder.get<std::string>()));
   const std::vector<Array> inputs = random_inputs(plan, 0);
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
@@ -241,6 +249,8 @@ void tune(const TuneOptions& o) {
     copies.push_back(timed);
   }
   Json in_place;
+  std::string labels;  // as tune.py names them: "all-buffer, all-texture"
+  for (const auto& [label, program] : whole) labels += (labels.empty() ? "" : ", ") + label;
   if (manifest.contains("in_place")) {
     in_place = {{"function", manifest["in_place"]["function"]}};
     for (const auto& [label, program] : whole)
@@ -277,12 +287,13 @@ void tune(const TuneOptions& o) {
                      "before it (chained); median: chained for variants, cold for copies (min "
                      "and max: the fastest and slowest)" +
                      std::string(in_place.is_null() ? "" :
-                                 "; the model's all-buffer and all-texture programs then run "
-                                 "whole, " + std::to_string(o.repeats) +
+                                 "; the model's " + labels + " programs then run whole, " +
+                                 std::to_string(o.repeats) +
                                  " times each after a warm-up (in_place)")},
       {"kernels", kernels},
       {"copies", copies}};
   if (!in_place.is_null()) document["in_place"] = in_place;
+  if (manifest.contains("previous_tuning")) document["previous_tuning"] = manifest["previous_tuning"];
   std::ofstream out(o.output);
   out << document.dump(1) << "\n";
   if (!out) throw Error(o.output + ": cannot write");

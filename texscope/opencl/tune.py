@@ -67,10 +67,9 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     inputs = random_inputs(plan)
     in_place = manifest.get("in_place")
     # Read now, so that a broken one stops the tuner before anything runs.
-    whole_plans = {label: read_plan(root / in_place["programs"][label])
-                   for label in tuning.IN_PLACE_LABELS} if in_place else {}
-    progress = Progress(repeats + 2 + (len(tuning.IN_PLACE_LABELS) if in_place else 0),
-                        progress_stream)
+    whole_plans = {label: read_plan(root / folder)
+                   for label, folder in in_place["programs"].items()} if in_place else {}
+    progress = Progress(repeats + 2 + len(whole_plans), progress_stream)
     started = time.perf_counter()
     session = Session(plan, inputs, device, profile=True, jobs=jobs or os.cpu_count() or 1)
     progress.step("compiled and set up")
@@ -111,9 +110,11 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     whole = {}
     if in_place:
         whole = {"in_place": {"function": in_place["function"]}}
-        for label in tuning.IN_PLACE_LABELS:
-            whole["in_place"][label] = run_whole(whole_plans[label], device, repeats, jobs)
+        for label, whole_plan in whole_plans.items():
+            whole["in_place"][label] = run_whole(whole_plan, device, repeats, jobs)
             progress.step(f"{label} in place")
+        if "previous_tuning" in manifest:
+            whole["previous_tuning"] = manifest["previous_tuning"]
     return {
         "format": tuning.FORMAT,
         "version": tuning.VERSION,
@@ -131,7 +132,7 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
                    f"each kernel's input maps rewritten and output images read just before it "
                    f"(chained); median: chained for variants, cold for copies (min and max: "
                    f"the fastest and slowest)"
-                   + ("; the model's all-buffer and all-texture programs then run whole, "
+                   + (f"; the model's {', '.join(whole_plans)} programs then run whole, "
                       f"{repeats} times each after a warm-up (in_place)" if in_place else "")),
         "kernels": kernels,
         "copies": copies,

@@ -18,7 +18,10 @@ spread the tuned planner's guard weighs; files without them still read).
 ``in_place`` (optional): the model's own all-buffer and all-texture programs
 run whole on the device, ``{"function": name, "all-buffer": timed,
 "all-texture": timed}``: the planner scales the set's prices to them
-(:mod:`texscope.planner.tuned`).
+(:mod:`texscope.planner.tuned`).  A set made with an earlier tuning file
+(``texscope tune --tuning``) also runs the plan that file chose
+(``"previous": timed``) and carries that file (``previous_tuning``), so that
+the planner can recompute that plan and weigh it at its measured time.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ NEIGHBOURS = "neighbours.cl"
 # plans as the build makes them), run whole by the tuner: DIR/in-place/<label>.
 IN_PLACE = "in-place"
 IN_PLACE_LABELS = ("all-buffer", "all-texture")
+# The plan an earlier tuning file chose, run whole beside them where given.
+PREVIOUS = "previous"
 
 
 def read_set(directory) -> dict:
@@ -67,10 +72,16 @@ def read_set(directory) -> dict:
     if in_place is not None:
         programs = in_place.get("programs") if isinstance(in_place, dict) else None
         if not isinstance(in_place.get("function") if isinstance(in_place, dict) else None, str) \
-                or not isinstance(programs, dict) or set(programs) != set(IN_PLACE_LABELS) \
+                or not isinstance(programs, dict) \
+                or set(programs) - {PREVIOUS} != set(IN_PLACE_LABELS) \
                 or not all(isinstance(folder, str) for folder in programs.values()):
             raise TexscopeError(f"{path}: \"in_place\" must name a function and a program "
                                 f"folder for each of {', '.join(IN_PLACE_LABELS)}")
+        if (PREVIOUS in programs) != ("previous_tuning" in manifest):
+            raise TexscopeError(f"{path}: a \"previous\" program goes with the "
+                                "\"previous_tuning\" that chose it")
+        if PREVIOUS in programs:
+            check_tuning(manifest["previous_tuning"], f"{path}: previous_tuning")
     return manifest
 
 
@@ -122,6 +133,12 @@ def check_tuning(document, origin: str) -> dict:
                                 f"of {', '.join(IN_PLACE_LABELS)}")
         for label in IN_PLACE_LABELS:
             _timed(in_place[label], f"{origin}: in_place.{label}")
+        if (PREVIOUS in in_place) != ("previous_tuning" in document):
+            raise TexscopeError(f"{origin}: in_place.previous goes with the \"previous_tuning\" "
+                                "that chose it")
+        if PREVIOUS in in_place:
+            _timed(in_place[PREVIOUS], f"{origin}: in_place.previous")
+            check_tuning(document["previous_tuning"], f"{origin}: previous_tuning")
     return document
 
 

@@ -58,6 +58,10 @@ from . import cost as plan_cost
 # Combinations of operand tensors a fused call's name is looked up under.
 MOST_READINGS = 64
 
+# The plan an earlier tuning file chose, as the file names its run whole
+# (texscope.opencl.tuning.PREVIOUS: that layer is below this one's reach).
+PREVIOUS = "previous"
+
 MICROSECONDS = 1e6  # the program's costs, in microseconds: HiGHS' tolerances suit them
 
 
@@ -114,6 +118,19 @@ class MeasuredCosts:
         the file records them for ``function``."""
         timed = self.document.get("in_place")
         return timed if timed is not None and timed.get("function") == function else None
+
+    @property
+    def previous(self) -> "MeasuredCosts | None":
+        """The tuning file that chose the plan this one ran whole as
+        ``previous`` (``texscope tune --tuning``), over the same kernels."""
+        earlier = self.document.get("previous_tuning")
+        if earlier is None:
+            return None
+        if (earlier["model_fingerprint"], earlier["target"]) != \
+                (self.document["model_fingerprint"], self.document["target"]):
+            raise TexscopeError(f"{self.origin}: its previous_tuning was measured for another "
+                                "model or target")
+        return MeasuredCosts(earlier, self.uses, self.aliases, f"{self.origin}: previous_tuning")
 
     @property
     def records_spread(self) -> bool:
@@ -499,6 +516,11 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     if not extremes:
         return tuned_plan(best)
     priced = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
+    if scale.applies and PREVIOUS in dict(scale.measured) and measured.previous is not None:
+        # The plan the earlier file chose, recomputed as its build did.
+        earlier = plan(consumers, measured.previous, profile, group_of, allowed_of, sync_pairs,
+                       extremes=extremes)
+        priced[PREVIOUS] = solve(fixing((earlier.storages, earlier.reads)))
     low = np.array([spread.get(j, (c, c))[0] for j, c in enumerate(cost)])
     high = np.array([spread.get(j, (c, c))[1] for j, c in enumerate(cost)])
     verdict = _verdict(measured, np.array(cost), low, high, best, priced, scale)
@@ -551,10 +573,10 @@ def in_place_scale(in_place, cost, texture_mask, priced, uncovered) -> InPlaceSc
     cost = np.asarray(cost, dtype=float)
     measured = tuple((label, tuple(float(in_place[label][k]) for k in
                                    ("seconds", "min_seconds", "max_seconds")))
-                     for label in labels)
+                     for label in (*labels, PREVIOUS) if label in in_place)
     parts = np.array([[float(np.dot(cost * ~texture_mask, priced[label])),
                        float(np.dot(cost * texture_mask, priced[label]))] for label in labels])
-    times = np.array([median for _, (median, _, _) in measured])
+    times = np.array([dict(measured)[label][0] for label in labels])
     if abs(np.linalg.det(parts)) <= 1e-12 * float(np.abs(parts).max() ** 2 or 1.0):
         factors = np.full(2, times.sum() / parts.sum())
     else:
@@ -568,23 +590,29 @@ def in_place_scale(in_place, cost, texture_mask, priced, uncovered) -> InPlaceSc
 
 def _verdict(measured: MeasuredCosts, cost, low, high, best, priced,
              scale: InPlaceScale | None = None) -> "Verdict":
-    """Keep the optimum ``best`` only where it beats the reference extreme
+    """Keep the optimum ``best`` only where it beats the reference plan
     of ``priced`` (label: solution, None where not priced) by more than
     :func:`_margin`.  The reference is the all-buffer plan unless the
     all-texture plan beats it by its own margin: a plan with textures is
     kept only where it wins by more than a set's prices may be off (zoo
     inception on an H200: all-texture predicted 5% under all-buffer ran
-    1.20x it, docs/benchmarks.md)."""
-    tuned_s = float(np.dot(cost, best))
-    times = tuple((label, None if x is None else float(np.dot(cost, x)))
+    1.20x it, docs/benchmarks.md); or the plan an earlier tuning file chose
+    (``"previous"``), at its time measured whole, where that is the fastest.
+    Where ``best`` is that plan, its measured time stands for it, and the
+    margin is the two plans' spreads run whole."""
+    whole = dict(scale.measured) if scale is not None and scale.applies else {}
+    times = tuple((label, None if x is None else
+                   whole[label][0] if label == PREVIOUS else float(np.dot(cost, x)))
                   for label, x in priced.items())
     seconds = dict(times)
+    is_previous = priced.get(PREVIOUS) is not None and (priced[PREVIOUS] == best).all()
+    tuned_s = seconds[PREVIOUS] if is_previous else float(np.dot(cost, best))
     candidates = [label for label, sec in times if sec is not None]
-    scaled = f"; {scale.describe()}" if scale is not None and scale.applies else ""
+    scaled = f"; {scale.describe()}" if whole else ""
     if not candidates:
         return Verdict("tuned", tuned_s, times, 0.0, "neither extreme is a plan the tuning priced")
     label, note = min(candidates, key=lambda c: seconds[c]), ""
-    if len(candidates) == 2 and label == "all-texture":
+    if label == "all-texture" and seconds.get("all-buffer") is not None:
         texture_margin, _ = _margin(measured, cost, low, high, priced[label], priced["all-buffer"],
                                     "all-buffer", scale)
         if seconds[label] + texture_margin >= seconds["all-buffer"]:
@@ -595,7 +623,14 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced,
     if (extreme == best).all():
         return Verdict("tuned", tuned_s, times, 0.0,
                        f"the optimum is the {label} plan itself{scaled}", label, note)
-    margin_s, source = _margin(measured, cost, low, high, best, extreme, label, scale)
+    if is_previous:
+        spreads = [max(m - lo, hi - m) for m, lo, hi in (whole[PREVIOUS], whole[label])]
+        margin_s = math.hypot(*spreads)
+        source = (f"the optimum is the previous plan, measured whole: its spread "
+                  f"{spreads[0] * 1e3:.3f} ms and {label}'s {spreads[1] * 1e3:.3f} ms as "
+                  f"independent errors")
+    else:
+        margin_s, source = _margin(measured, cost, low, high, best, extreme, label, scale)
     kept = "tuned" if tuned_s + margin_s < seconds[label] else label
     return Verdict(kept, tuned_s, times, margin_s, source + scaled, label, note)
 

@@ -201,6 +201,18 @@ def _group(inner: relax.Function, call: relax.Call, renamed: dict):
     return tuple(describe(b.var) for b in bindings), outputs
 
 
+def check_belongs(mod: tvm.IRModule, texture, document, origin: str) -> None:
+    """Refuse a tuning ``document`` measured for another model or target."""
+    fingerprint = model_fingerprint(mod)
+    if document["model_fingerprint"] != fingerprint:
+        raise TexscopeError(f"{origin} was measured for another model ({document['model']}, "
+                            f"fingerprint {document['model_fingerprint']}; this one is "
+                            f"{fingerprint}): tune this model with `texscope tune`")
+    if kernels_target(document["target"]) != kernels_target(texture.target):
+        raise TexscopeError(f"{origin} was measured for target {document['target']!r}, not "
+                            f"this build's ({target_label(texture.target)})")
+
+
 def measured_costs(mod: tvm.IRModule, device_target, texture, tuning) -> MeasuredCosts:
     """The tuning file ``tuning`` (a path or parsed document) for ``mod``
     built for ``texture``'s target, with the build's kernels; refused when
@@ -210,14 +222,7 @@ def measured_costs(mod: tvm.IRModule, device_target, texture, tuning) -> Measure
         document = tuning_file.check_tuning(tuning, origin)
     else:
         origin, document = str(tuning), tuning_file.load(tuning)
-    fingerprint = model_fingerprint(mod)
-    if document["model_fingerprint"] != fingerprint:
-        raise TexscopeError(f"{origin} was measured for another model ({document['model']}, "
-                            f"fingerprint {document['model_fingerprint']}; this one is "
-                            f"{fingerprint}): tune this model with `texscope tune`")
-    if kernels_target(document["target"]) != kernels_target(texture.target):
-        raise TexscopeError(f"{origin} was measured for target {document['target']!r}, not "
-                            f"this build's ({target_label(texture.target)})")
+    check_belongs(mod, texture, document, origin)
     device = texture.profile.device.get("name")
     measured_on = document["device"]["name"]
     if not texture.profile.origin.startswith("built-in") and device and device != measured_on:

@@ -51,7 +51,8 @@ from ...diagnostics.report import Report
 from ..build import (TIR_PIPELINE_MANY_KERNELS, BuildResult, after_fusion_passes, build,
                      compile_opencl)
 from ..fusion import run_under
-from .measured import fused_kernels, kernel_key, model_fingerprint, plan_profiles, target_label
+from .measured import (check_belongs, fused_kernels, kernel_key, model_fingerprint,
+                       plan_profiles, target_label)
 
 MOST_VARIANTS = 16  # per kernel: beyond it, the plans' combinations and their neighbours
 
@@ -181,9 +182,12 @@ def tuning_module(collector: _Collector, vdevices: VDeviceTable, global_infos):
     return builder.get(), variants, copies
 
 
-def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
+def export(mod: tvm.IRModule, target, directory, model: str, log=print,
+           previous=None) -> Path:
     """Write ``mod``'s tuning set for ``target`` into ``directory`` (new or
-    empty); returns the manifest's path."""
+    empty); returns the manifest's path.  ``previous``, a tuning file of
+    this model (parsed and checked: :func:`texscope.opencl.tuning.load`):
+    the plan it chooses goes beside the extremes, to be run whole."""
     root = Path(directory)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise TexscopeError(f"{root} exists and is not an empty folder; not writing into it")
@@ -191,6 +195,8 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     texture = texture_target(target)
     if texture.kind != "opencl":
         raise TexscopeError(f"texscope tune times OpenCL kernels; {target!r} is {texture.kind}")
+    if previous is not None:  # before anything is written
+        check_belongs(mod, texture, previous, previous.get("origin", "the previous tuning"))
     device_target = tvm.target.Target(texture.target, host=host_target(None, texture.target))
     collector = _Collector()
     fused_any = None
@@ -216,8 +222,8 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     (root / tuning_format.PROGRAM).mkdir(parents=True)
     plan.write(root / tuning_format.PROGRAM)
     (root / tuning_format.NEIGHBOURS).write_text(neighbours.SOURCE)
-    in_place = _in_place_programs(mod, target, texture, root)
-    log(f"  the model's {' and '.join(in_place['programs'])} programs built, to run whole")
+    in_place = _in_place_programs(mod, target, texture, root, previous)
+    log(f"  the model's {', '.join(in_place['programs'])} programs built, to run whole")
     kernels = {key: {"name": entry["name"], "positions": entry["positions"],
                      "shapes": [list(static_dims(ty.shape)) for ty in entry["types"]],
                      "scopes": [sorted(s) for s in entry["scopes"]]}
@@ -235,6 +241,8 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
         "variants": variants,
         "copies": copies,
         "in_place": in_place,
+        **({"previous_tuning": {k: v for k, v in previous.items() if k != "origin"}}
+           if previous is not None else {}),
     }
     path = root / tuning_format.SET_MANIFEST
     path.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -243,14 +251,19 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print) -> Path:
     return path
 
 
-def _in_place_programs(mod: tvm.IRModule, target, texture, root: Path) -> dict:
+def _in_place_programs(mod: tvm.IRModule, target, texture, root: Path, previous) -> dict:
     """Build ``mod``'s all-buffer and all-texture plans (the extremes the
-    planner's guard weighs) into ``root``/in-place; the manifest's entry."""
-    programs = {}
+    planner's guard weighs), and the plan ``previous`` chooses where given,
+    into ``root``/in-place; the manifest's entry."""
     profiles = extreme_profiles(texture.profile)
-    for label in tuning_format.IN_PLACE_LABELS:
+    builds = {label: {"profile": profiles[label]} for label in tuning_format.IN_PLACE_LABELS}
+    if previous is not None:
+        builds[tuning_format.PREVIOUS] = {"tuning": previous}  # refused if another model's
+    programs = {}
+    for label, how in builds.items():
+        result = build(mod, target, **how)
         folder = Path(tuning_format.IN_PLACE) / label
         (root / folder).mkdir(parents=True)
-        plan_of(build(mod, target, profile=profiles[label])).write(root / folder)
+        plan_of(result).write(root / folder)
         programs[label] = folder.as_posix()
     return {"function": "main", "programs": programs}
