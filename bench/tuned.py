@@ -37,7 +37,9 @@ two there:
     python bench/tuned.py --replay DIR [--device N] [--markdown]   # device: the table
 
 ``RESULTS`` is the folder the device's ``DIR`` came back as (its
-``<model>/tuning.json``).  ``--markdown`` writes the table into
+``<model>/tuning.json``).  ``--export DIR2 --tuning-from RESULTS`` makes a
+second round's sets (``texscope tune --tuning``): each model's set also
+runs the plan its earlier file chooses whole.  ``--markdown`` writes the table into
 docs/benchmarks.md (``$TEXSCOPE_BENCHMARKS_MD`` names another file), headed
 with the date, device, driver and the commits of the replay and the export.
 On a device without TVM, ``--tune`` and ``--replay`` need only numpy,
@@ -155,17 +157,26 @@ def builds_of(base: dict, profiles: dict) -> list:
             ("all buffer", no_textures, default)]
 
 
-def export(directory: Path, found: dict, base: dict, profiles: dict, preset: str) -> None:
-    """Here (TVM): per model its tuning set, the non-tuned builds, inputs and CPU outputs."""
+def export(directory: Path, found: dict, base: dict, profiles: dict, preset: str,
+           earlier: Path | None = None) -> None:
+    """Here (TVM): per model its tuning set, the non-tuned builds, inputs and
+    CPU outputs; with ``earlier`` (a folder of ``<model>/tuning.json``), each
+    set also runs the plan the model's earlier file chooses (a second round)."""
     import texscope  # pylint: disable=import-outside-toplevel
     from texscope.backend.tuning import tuning_set
+    from texscope.opencl import tuning as tuning_file
 
+    previous_of = {}  # every earlier file read and checked before anything is written
+    for name in found if earlier is not None else ():
+        path = earlier / _safe(name) / TUNING
+        previous_of[name] = tuning_file.load(path) | {"origin": str(path)}
     width = max(map(len, found), default=10)
     for name, mod in loaded(found, width):
         root = directory / _safe(name)
         root.mkdir(parents=True)
         start = time.perf_counter()
-        tuning_set.export(mod, base, root / SET, name, log=lambda *_: None)
+        previous = previous_of.get(name)
+        tuning_set.export(mod, base, root / SET, name, log=lambda *_: None, previous=previous)
         set_s = time.perf_counter() - start
         for label, target, profile in builds_of(base, profiles):
             plan_dir = root / folder(label)
@@ -478,7 +489,11 @@ def main(argv=None) -> int:
         if args.export:
             if Path(args.export).exists() and any(Path(args.export).iterdir()):
                 parser.error(f"{args.export} exists and is not empty")
-            export(Path(args.export), found, base, profiles, args.target)
+            try:
+                export(Path(args.export), found, base, profiles, args.target,
+                       Path(args.tuning_from) if args.tuning_from else None)
+            except TexscopeError as err:  # an earlier tuning file that is not this model's
+                parser.error(str(err))
             return 0
         try:
             export_tuned(Path(args.export_tuned), Path(args.tuning_from), found, base, profiles,

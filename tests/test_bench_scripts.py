@@ -440,3 +440,30 @@ def test_the_tuned_replay_sets_each_build_up_once_in_one_context_unless_asked(tm
     found = tuned.measure(tmp_path, None, 9)
     assert list(found) == ["relu"] and len(made) == 5
     assert "interrupted: the table holds the 1 models measured before" in capsys.readouterr().out
+
+
+def test_the_tuned_bench_exports_a_second_round(tmp_path):
+    """--export with --tuning-from: each model's set also runs the plan its
+    earlier tuning file chooses; an earlier file that is not one is refused
+    in one line, exit 2."""
+    pytest.importorskip("pyopencl")
+    _bench("tuned.py", "--export", tmp_path / "first", "zoo/inception")
+    set_dir = tmp_path / "first" / "zoo_inception" / "set"
+    subprocess.run([sys.executable, "-m", "texscope.opencl.tune", str(set_dir), "-o",
+                    str(tmp_path / "first" / "zoo_inception" / "tuning.json"), "--repeats", "1"],
+                   check=True, capture_output=True, cwd=ROOT, timeout=600)
+    _bench("tuned.py", "--export", tmp_path / "second", "--tuning-from", tmp_path / "first",
+           "zoo/inception")
+    second = json.loads((tmp_path / "second" / "zoo_inception" / "set" /
+                         "tuning-set.json").read_text())
+    assert second["in_place"]["programs"]["previous"] == "in-place/previous"
+    assert second["previous_tuning"] == json.loads(
+        (tmp_path / "first" / "zoo_inception" / "tuning.json").read_text())
+    assert (tmp_path / "second" / "zoo_inception" / "set" / "in-place" / "previous" /
+            "plan.json").is_file()
+    (tmp_path / "first" / "zoo_inception" / "tuning.json").write_text("{}")
+    done = _bench("tuned.py", "--export", tmp_path / "third", "--tuning-from",
+                  tmp_path / "first", "zoo/inception", check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "not a texscope tuning file" in done.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "third").exists()
