@@ -1041,3 +1041,23 @@ def test_a_set_whose_own_programs_are_broken_is_refused_in_one_line(two_convs_se
     assert done.stderr.startswith("tune: error: ") and done.stderr.count("\n") == 1
     assert message in done.stderr
     assert not (tmp_path / "tuning.json").exists()
+
+
+def test_a_texture_read_only_through_copies_is_priced_as_the_build_folds_it():
+    """The build writes a buffer where every reader of a texture reads a
+    copy to a buffer (FoldTextureCopies): the planner prices plans so."""
+    from types import SimpleNamespace as Data
+
+    from texscope.knowledge.registry import Storage
+    T, B = Storage.TEXTURE, Storage.BUFFER
+    read_by = lambda *calls: tuple(Data(call=c) for c in calls)  # noqa: E731
+    graph = Data(tensors=[Data(index=i) for i in range(5)], producers={0: 0, 1: 1, 2: 2, 3: 3})
+    consumers = Data(demands=[read_by(5, 6),   # both read a buffer: folded
+                              read_by(5),      # read as a texture: kept
+                              read_by(None),   # returned: kept
+                              read_by(6),      # its producer writes only textures: kept
+                              read_by(6)])     # a parameter: no producer, kept
+    reads = [[B, B], [T], [T], [B], [B]]
+    allowed = lambda t: frozenset({T}) if t.index == 3 else frozenset({T, B})  # noqa: E731
+    storages, kept_reads = tuned_planner._folded(graph, consumers, ([T] * 5, reads), allowed)
+    assert storages == [B, T, T, T, T] and kept_reads is reads

@@ -463,7 +463,7 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     constraints = [LinearConstraint(matrix, lo, hi)] if rows else []
 
     def fixing(assignment) -> dict[int, int]:
-        storages_given, reads_given = assignment
+        storages_given, reads_given = _folded(graph, consumers, assignment, allowed_of)
         values = dict(fixed)
         for tensor, storage in enumerate(storages_given):
             values[s[tensor]] = int(storage is Storage.TEXTURE)
@@ -526,6 +526,25 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     verdict = _verdict(measured, np.array(cost), low, high, best, priced, scale)
     x = best if verdict.kept == "tuned" else priced[verdict.kept]
     return attrs.evolve(tuned_plan(x), verdict=verdict, scale=scale)
+
+
+def _folded(graph, consumers, assignment, allowed_of):
+    """``assignment`` (storages, reads per tensor) as the build runs it: a
+    texture every reader of which reads a buffer (through a copy) is written
+    as a buffer, where its producer may write one
+    (:class:`texscope.cleanup.FoldTextureCopies`).  The all-texture plan of
+    selfie_segmentation_landscape writes such a texture, a variant of its
+    kernel no set builds (the build never runs it)."""
+    storages, reads = assignment
+    storages = list(storages)
+    for tensor in graph.tensors:
+        demands = consumers.demands[tensor.index]
+        if storages[tensor.index] is Storage.TEXTURE and demands \
+                and all(d.call is not None for d in demands) \
+                and all(read is Storage.BUFFER for read in reads[tensor.index]) \
+                and tensor.index in graph.producers and Storage.BUFFER in allowed_of(tensor):
+            storages[tensor.index] = Storage.BUFFER
+    return storages, reads
 
 
 @attrs.frozen
