@@ -175,8 +175,8 @@ def export(directory: Path, found: dict, base: dict, profiles: dict, preset: str
         root = directory / _safe(name)
         root.mkdir(parents=True)
         start = time.perf_counter()
-        previous = previous_of.get(name)
-        tuning_set.export(mod, base, root / SET, name, log=lambda *_: None, previous=previous)
+        tuning_set.export(mod, base, root / SET, name, log=lambda *_: None,
+                          previous=previous_of.get(name))
         set_s = time.perf_counter() - start
         for label, target, profile in builds_of(base, profiles):
             plan_dir = root / folder(label)
@@ -302,16 +302,18 @@ def measure(directory: Path, device, runs: int, one_shot: bool = False,
     found = {}
     try:
         for root in sorted(p for p in directory.iterdir() if (p / "meta.json").is_file()):
-            _measure_model(root, found, device, runs, one_shot, contexts)
+            measured = _measure_model(root, device, runs, one_shot, contexts)
+            if measured is not None:
+                found[measured[0]] = measured[1]
     except KeyboardInterrupt:  # a device call's time limit: the models done still count
         print(f"  interrupted: the table holds the {len(found)} models measured before",
               flush=True)
     return found
 
 
-def _measure_model(root: Path, found: dict, device, runs: int, one_shot: bool,
-                   contexts: bool) -> None:
-    """Measure one exported model's builds into ``found``."""
+def _measure_model(root: Path, device, runs: int, one_shot: bool, contexts: bool):
+    """One exported model's builds measured: (model, its rows and figures),
+    None where it has no tuned build yet."""
     from texscope.opencl import replay as rp  # pylint: disable=import-outside-toplevel
     from texscope.opencl.plan import read_plan
     from texscope.opencl.session import Session
@@ -320,7 +322,7 @@ def _measure_model(root: Path, found: dict, device, runs: int, one_shot: bool,
     meta = json.loads((root / "meta.json").read_text())
     if "predicted_s" not in meta:
         print(f"  {root.name}: no tuned build (run --export-tuned); skipped")
-        return
+        return None
     labels = [*meta["builds"], AGAIN]
     plans = {label: read_plan(root / folder("all buffer" if label == AGAIN else label))
              for label in labels}
@@ -331,8 +333,8 @@ def _measure_model(root: Path, found: dict, device, runs: int, one_shot: bool,
     else:
         # One context for the model's sessions (``contexts``: one each).
         shared = None if contexts else pyopencl().Context([device or default_device()])
-        # Compiled in worker processes, one per CPU: one driver thread
-        # compiles a model's program in minutes (the adreno preset's).
+        # Compiled in worker processes, one per CPU: on one thread each, the
+        # adreno preset's builds of 13 models took the whole 7 minutes of a call.
         sessions = {label: Session(plan, rp.in_order(plan.inputs, inputs), device,
                                    profile=True, context=shared,
                                    jobs=os.cpu_count() or 1)
@@ -355,10 +357,10 @@ def _measure_model(root: Path, found: dict, device, runs: int, one_shot: bool,
                        "predicted": meta["predicted_s"].get(label),
                        "digest": program_digest(root / folder(
                            "all buffer" if label == AGAIN else label))}
-    found[meta["model"]] = {"rows": rows, "set_build_s": meta["set_build_s"],
-                            "tune_s": tuning.get("tune_wall_s"),
-                            "untuned": meta.get("untuned_calls", 0)}
     print(f"  {meta['model']}: ran", flush=True)
+    return meta["model"], {"rows": rows, "set_build_s": meta["set_build_s"],
+                           "tune_s": tuning.get("tune_wall_s"),
+                           "untuned": meta.get("untuned_calls", 0)}
 
 
 def as_json(found: dict) -> dict:

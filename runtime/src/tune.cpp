@@ -87,17 +87,17 @@ Json read_set(const std::string& directory) {
   }
   if (manifest.contains("in_place")) {
     const Json& in_place = manifest["in_place"];
-    bool good = in_place.is_object() && in_place.value("function", Json()).is_string() &&
-                in_place.value("programs", Json()).is_object();
-    size_t known = 0;
-    for (const char* label : kInPlaceLabels)
-      known += good && in_place["programs"].value(label, Json()).is_string();
-    const bool previous = good && in_place["programs"].contains(kPrevious);
-    if (previous) good = in_place["programs"][kPrevious].is_string();
-    if (!good || known != std::size(kInPlaceLabels) ||
-        in_place["programs"].size() != known + previous)
+    const Json programs = in_place.is_object() ? in_place.value("programs", Json()) : Json();
+    bool good = programs.is_object() && in_place.value("function", Json()).is_string();
+    for (const char* label : kInPlaceLabels) good = good && programs.contains(label);
+    if (good)
+      for (const auto& [label, folder] : programs.items())
+        good = good && folder.is_string() &&
+               (label == kPrevious || label == kInPlaceLabels[0] || label == kInPlaceLabels[1]);
+    if (!good)
       throw Error(path + ": \"in_place\" must name a function and a program folder for each "
                   "of all-buffer, all-texture");
+    const bool previous = programs.contains(kPrevious);
     if (previous != manifest.contains("previous_tuning"))
       throw Error(path + ": a \"previous\" program goes with the \"previous_tuning\" that "
                   "chose it");
@@ -250,11 +250,12 @@ void tune(const TuneOptions& o) {
   }
   Json in_place;
   std::string labels;  // as tune.py names them: "all-buffer, all-texture"
-  for (const auto& [label, program] : whole) labels += (labels.empty() ? "" : ", ") + label;
   if (manifest.contains("in_place")) {
     in_place = {{"function", manifest["in_place"]["function"]}};
-    for (const auto& [label, program] : whole)
+    for (const auto& [label, program] : whole) {
       in_place[label] = run_whole(program, device, o.repeats);
+      labels += (labels.empty() ? "" : ", ") + label;
+    }
   }
   const Device::Info facts = device.info();
   Json document = {

@@ -70,9 +70,9 @@ def read_set(directory) -> dict:
                                 "`texscope tune MODEL -o DIR`")
     in_place = manifest.get("in_place")
     if in_place is not None:
-        programs = in_place.get("programs") if isinstance(in_place, dict) else None
-        if not isinstance(in_place.get("function") if isinstance(in_place, dict) else None, str) \
-                or not isinstance(programs, dict) \
+        in_place = in_place if isinstance(in_place, dict) else {}
+        programs = in_place.get("programs")
+        if not isinstance(in_place.get("function"), str) or not isinstance(programs, dict) \
                 or set(programs) - {PREVIOUS} != set(IN_PLACE_LABELS) \
                 or not all(isinstance(folder, str) for folder in programs.values()):
             raise TexscopeError(f"{path}: \"in_place\" must name a function and a program "

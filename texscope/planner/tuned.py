@@ -496,11 +496,12 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
         return TunedPlan(tuple(storages), tuple(reads), tuple(kernels), tuple(uncovered),
                          float(np.dot(cost, x)))
 
-    scale = None
+    scale, priced = None, {}
     if extremes:
+        # Fixed storages fix the solution: scaling the prices leaves these as they are.
+        priced = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
         texture_mask = np.isin(np.arange(n), sorted(texture_columns))
-        priced_raw = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
-        scale = in_place_scale(measured.in_place(graph.function), cost, texture_mask, priced_raw,
+        scale = in_place_scale(measured.in_place(graph.function), cost, texture_mask, priced,
                                uncovered)
         if scale.applies:
             factor = np.where(texture_mask, scale.texture, scale.buffer)
@@ -515,10 +516,10 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
                             "the registry's rules allow", graph.function)
     if not extremes:
         return tuned_plan(best)
-    priced = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
-    if scale.applies and PREVIOUS in dict(scale.measured) and measured.previous is not None:
+    earlier_costs = measured.previous if scale.seconds(PREVIOUS) is not None else None
+    if earlier_costs is not None:
         # The plan the earlier file chose, recomputed as its build did.
-        earlier = plan(consumers, measured.previous, profile, group_of, allowed_of, sync_pairs,
+        earlier = plan(consumers, earlier_costs, profile, group_of, allowed_of, sync_pairs,
                        extremes=extremes)
         priced[PREVIOUS] = solve(fixing((earlier.storages, earlier.reads)))
     low = np.array([spread.get(j, (c, c))[0] for j, c in enumerate(cost)])
@@ -560,6 +561,15 @@ class InPlaceScale:
     texture: float = 1.0
     measured: tuple = ()
     note: str = ""
+
+    def seconds(self, label: str) -> float | None:
+        """The median time of program ``label`` run whole (None: not run)."""
+        return dict(self.measured).get(label, (None,))[0]
+
+    def spread(self, label: str) -> float:
+        """How far program ``label``'s runs whole stray from their median."""
+        median, fastest, slowest = dict(self.measured)[label]
+        return max(median - fastest, slowest - median)
 
     def describe(self) -> str:
         if not self.applies:
@@ -619,15 +629,15 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced,
     (``"previous"``), at its time measured whole, where that is the fastest.
     Where ``best`` is that plan, its measured time stands for it, and the
     margin is the two plans' spreads run whole."""
-    whole = dict(scale.measured) if scale is not None and scale.applies else {}
+    scaled_to = scale if scale is not None and scale.applies else None
     times = tuple((label, None if x is None else
-                   whole[label][0] if label == PREVIOUS else float(np.dot(cost, x)))
+                   scaled_to.seconds(label) if label == PREVIOUS else float(np.dot(cost, x)))
                   for label, x in priced.items())
     seconds = dict(times)
     is_previous = priced.get(PREVIOUS) is not None and (priced[PREVIOUS] == best).all()
     tuned_s = seconds[PREVIOUS] if is_previous else float(np.dot(cost, best))
     candidates = [label for label, sec in times if sec is not None]
-    scaled = f"; {scale.describe()}" if whole else ""
+    scaled = f"; {scale.describe()}" if scaled_to else ""
     if not candidates:
         return Verdict("tuned", tuned_s, times, 0.0, "neither extreme is a plan the tuning priced")
     label, note = min(candidates, key=lambda c: seconds[c]), ""
@@ -643,7 +653,7 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced,
         return Verdict("tuned", tuned_s, times, 0.0,
                        f"the optimum is the {label} plan itself{scaled}", label, note)
     if is_previous:
-        spreads = [max(m - lo, hi - m) for m, lo, hi in (whole[PREVIOUS], whole[label])]
+        spreads = [scaled_to.spread(PREVIOUS), scaled_to.spread(label)]
         margin_s = math.hypot(*spreads)
         source = (f"the optimum is the previous plan, measured whole: its spread "
                   f"{spreads[0] * 1e3:.3f} ms and {label}'s {spreads[1] * 1e3:.3f} ms as "
@@ -683,8 +693,7 @@ def _margin(measured: MeasuredCosts, cost, low, high, plan, extreme, label: str,
                f"measured {repeats} run(s), too few for a spread (at least {SPREAD_RUNS})")
         source = f"the default {TUNING_MARGIN.value:.0%} of {label}'s time: the tuning file {why}"
     if scale is not None and scale.applies:
-        median, fastest, slowest = dict(scale.measured)[label]
-        whole_s = max(median - fastest, slowest - median)
+        whole_s = scale.spread(label)
         margin_s = math.sqrt(margin_s ** 2 + whole_s ** 2)
         source += f"; and {label}'s own spread run whole, {whole_s * 1e3:.3f} ms, likewise"
         return margin_s, source
