@@ -282,23 +282,15 @@ def export_tuned(directory: Path, results: Path, found: dict, base: dict, profil
     export_meta(directory, preset)
 
 
-def rotations(labels: list, runs: int) -> list[list]:
-    """The order of the builds in each of ``runs`` rounds: each round starts
-    one build later, so that every build runs as often in each place.  On the
-    H200 the very same program timed 7-9% apart in one place of the round
-    and another (hand_landmark_full, three runs in a fixed order)."""
-    return [labels[i % len(labels):] + labels[:i % len(labels)] for i in range(runs)]
-
-
 def measure(directory: Path, device, runs: int, one_shot: bool = False,
             contexts: bool = False) -> dict:
     """On the device: every model's builds, taking turns run by run
-    (:func:`rotations`).  Each build runs in one session set up once (its
-    memory, weights and arguments), as a deployed model runs inference
-    after inference, all of a model's sessions in one OpenCL context
-    (``contexts``: a context each, as before 2026-11-29 09:00); ``one_shot``:
-    a fresh session every run (allocation, weight upload and the first
-    writes into new images inside the timed kernels)."""
+    (:func:`texscope.opencl.replay.taking_turns`).  Each build runs in one
+    session set up once (its memory, weights and arguments), as a deployed
+    model runs inference after inference, all of a model's sessions in one
+    OpenCL context (``contexts``: a context each, as before 2026-11-29
+    09:00); ``one_shot``: a fresh session every run (allocation, weight
+    upload and the first writes into new images inside the timed kernels)."""
     found = {}
     try:
         for root in sorted(p for p in directory.iterdir() if (p / "meta.json").is_file()):
@@ -342,7 +334,7 @@ def _measure_model(root: Path, device, runs: int, one_shot: bool, contexts: bool
         runners = {label: lambda session=session: session.profiled(
             rp.in_order(session.plan.inputs, inputs)) for label, session in sessions.items()}
     results = {label: [run()] for label, run in runners.items()}
-    for turn in rotations(list(plans), runs):
+    for turn in rp.taking_turns(list(plans), runs):
         for label in turn:
             results[label].append(runners[label]())
     runners = sessions = None  # each model's device memory goes before the next's

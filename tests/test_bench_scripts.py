@@ -327,14 +327,6 @@ def test_the_tuned_table_says_which_builds_run_the_same_program(tmp_path, monkey
             "(none); beyond it on 0 (none).") in lines
 
 
-def test_the_tuned_bench_runs_each_build_as_often_in_each_place(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    import tuned
-
-    assert tuned.rotations(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"],
-                                                   ["c", "a", "b"], ["a", "b", "c"]]
-
-
 def test_the_tuned_builds_are_built_for_the_target_the_export_was(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import tuned

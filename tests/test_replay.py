@@ -16,7 +16,7 @@ from texscope.errors import TexscopeError
 from texscope import opencl
 from texscope.diagnostics import verify
 from texscope.opencl.plan import CopyStep, KernelStep, TensorArg, read_plan
-from texscope.opencl.replay import replay
+from texscope.opencl.replay import replay, taking_turns
 from texscope.opencl.source import missing_extensions, pyopencl
 
 from conftest import conv_reads_pay
@@ -399,3 +399,8 @@ def test_replay_steady_prints_the_median_and_checks_the_sessions_outputs(conflic
     assert steady["runs"] == 5 and 0 < steady["min_s"] <= steady["median_s"] <= steady["max_s"]
     done = replay_without_tvm(tmp_path / "out", "--steady", "0")
     assert done.returncode == 2 and "--steady 0: give a number of runs" in done.stderr
+
+
+def test_programs_taking_turns_run_as_often_in_each_place():
+    assert taking_turns(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"],
+                                                ["c", "a", "b"], ["a", "b", "c"]]

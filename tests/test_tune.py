@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import attrs
 import numpy as np
@@ -34,7 +35,7 @@ from texscope.knowledge.profile import SET_TO_MODEL
 from texscope.knowledge.targets import host_target, is_texture_scope, texture_target
 from texscope.opencl import tuning
 from texscope.opencl.executor import plan_of
-from texscope.opencl.tune import measure
+from texscope.opencl.tune import WHOLE_SESSIONS, measure
 from texscope.pipeline import annotate_module
 from texscope.planner import tuned as tuned_planner
 
@@ -961,10 +962,42 @@ def test_the_tuner_uploads_the_inputs_once(two_convs_set, monkeypatch):
     monkeypatch.setattr(DeviceMemory, "write",
                         lambda self, spec, host: writes.append(spec.name) or original(self, spec, host))
     measure(two_convs_set, default_device(), repeats=3, progress_stream=open(os.devnull, "w"))
-    # So do the model's own programs, run whole after the set.
-    programs = [tuning.PROGRAM, *(f"in-place/{label}" for label in tuning.IN_PLACE_LABELS)]
+    # So do the model's own programs, run whole after the set: once a session.
+    programs = [tuning.PROGRAM, *(f"in-place/{label}" for label in tuning.IN_PLACE_LABELS
+                                  for _ in range(WHOLE_SESSIONS))]
     assert sorted(writes) == sorted(name for folder in programs
                                     for name in read_plan(two_convs_set / folder).inputs)
+
+
+def test_the_models_programs_run_whole_taking_turns_in_fresh_sessions(monkeypatch):
+    """Each round sets every program up anew and warms it up; the timed runs
+    take turns; a program's spread spans the runs of both rounds (here the
+    second round's sessions run twice as long)."""
+    from texscope.opencl import tune as tuner
+
+    events, made = [], []
+
+    class Recorded:
+        def __init__(self, plan, inputs, device, profile, context, jobs):
+            made.append(plan)
+            self.plan, self.round = plan, (len(made) - 1) // 2
+
+        def profiled(self, inputs):
+            events.append((self.plan, self.round, "warm-up" if inputs is not None else "run"))
+            return types.SimpleNamespace(
+                times=[types.SimpleNamespace(seconds=1e-3 * (1 + self.round))])
+
+    monkeypatch.setattr(tuner, "Session", Recorded)
+    monkeypatch.setattr(tuner, "random_inputs", lambda plan: [])
+    monkeypatch.setattr(tuner, "pyopencl", lambda: types.SimpleNamespace(Context=lambda d: d))
+    timed = tuner.run_whole({"a": "A", "b": "B"}, "device", 3, sessions=2)
+    assert made == ["A", "B", "A", "B"]
+    assert events == [
+        *[(p, r, step) for r in (0, 1) for p, step in (
+            ("A", "warm-up"), ("B", "warm-up"), ("A", "run"), ("B", "run"),
+            ("B", "run"), ("A", "run"), ("A", "run"), ("B", "run"))]]
+    assert timed == {label: {"seconds": 1.5e-3, "min_seconds": 1e-3, "max_seconds": 2e-3}
+                     for label in ("a", "b")}
 
 
 def test_neighbours_touch_each_map_a_kernel_uses_and_change_no_value(two_convs_set):

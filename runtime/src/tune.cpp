@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -139,23 +140,43 @@ std::string utc_now() {
   return text;
 }
 
-// A model's program run whole, as a model runs inference after inference: set
-// up once, one warm-up run, then `repeats` timed ones (tune.py's run_whole).
-Json run_whole(const Plan& plan, const Device& device, int repeats) {
-  const std::vector<Array> inputs = random_inputs(plan, 0);
-  Session session(plan, device);
-  std::vector<Array> outputs;
-  session.run(inputs, outputs);
+// tune.py's WHOLE_SESSIONS: one session's spread understated how far two
+// sessions of one program differ.
+constexpr int kWholeSessions = 2;
+
+// The model's programs run whole as tune.py's run_whole runs them: in each of
+// kWholeSessions rounds all set up anew (here each in a context of its own),
+// one warm-up run each, then `repeats` timed runs taking turns, each round
+// starting one program later; per program the median, fastest and slowest
+// over the runs of every round.
+Json run_whole(const std::vector<std::pair<std::string, Plan>>& programs, const Device& device,
+               int repeats) {
+  const size_t count = programs.size();
+  std::vector<std::vector<double>> runs(count);
   const std::vector<Array> uploaded;
-  std::vector<double> runs;
-  for (int run = 0; run < repeats; ++run) {
-    double total = 0;
-    for (const CommandTime& command : session.run(uploaded, outputs, false))
-      total += command.seconds;
-    runs.push_back(total);
+  for (int round = 0; round < kWholeSessions; ++round) {
+    std::vector<std::unique_ptr<Session>> live;
+    std::vector<std::vector<Array>> outputs(count);
+    for (size_t i = 0; i < count; ++i) {
+      live.push_back(std::make_unique<Session>(programs[i].second, device));
+      live.back()->run(random_inputs(programs[i].second, 0), outputs[i]);
+    }
+    for (int run = 0; run < repeats; ++run)
+      for (size_t turn = 0; turn < count; ++turn) {
+        const size_t i = (run + turn) % count;
+        double total = 0;
+        for (const CommandTime& command : live[i]->run(uploaded, outputs[i], false))
+          total += command.seconds;
+        runs[i].push_back(total);
+      }
   }
-  const auto [fastest, slowest] = std::minmax_element(runs.begin(), runs.end());
-  return Json{{"seconds", median(runs)}, {"min_seconds", *fastest}, {"max_seconds", *slowest}};
+  Json timed = Json::object();
+  for (size_t i = 0; i < count; ++i) {
+    const auto [fastest, slowest] = std::minmax_element(runs[i].begin(), runs[i].end());
+    timed[programs[i].first] = {
+        {"seconds", median(runs[i])}, {"min_seconds", *fastest}, {"max_seconds", *slowest}};
+  }
+  return timed;
 }
 
 }  // namespace
@@ -252,8 +273,9 @@ void tune(const TuneOptions& o) {
   std::string labels;  // as tune.py names them: "all-buffer, all-texture"
   if (manifest.contains("in_place")) {
     in_place = {{"function", manifest["in_place"]["function"]}};
+    const Json timed = run_whole(whole, device, o.repeats);
     for (const auto& [label, program] : whole) {
-      in_place[label] = run_whole(program, device, o.repeats);
+      in_place[label] = timed[label];
       labels += (labels.empty() ? "" : ", ") + label;
     }
   }
@@ -288,9 +310,10 @@ void tune(const TuneOptions& o) {
                      "before it (chained); median: chained for variants, cold for copies (min "
                      "and max: the fastest and slowest)" +
                      std::string(in_place.is_null() ? "" :
-                                 "; the model's " + labels + " programs then run whole, " +
-                                 std::to_string(o.repeats) +
-                                 " times each after a warm-up (in_place)")},
+                                 "; the model's " + labels + " programs then run whole in " +
+                                 std::to_string(kWholeSessions) +
+                                 " sessions each, set up anew, a warm-up then " +
+                                 std::to_string(o.repeats) + " runs each taking turns (in_place)")},
       {"kernels", kernels},
       {"copies", copies}};
   if (!in_place.is_null()) document["in_place"] = in_place;

@@ -13,9 +13,10 @@ fastest and slowest run are kept beside it (``min_seconds``,
 ``max_seconds``): the spread the planner's guard weighs.  The tuning file
 (:mod:`texscope.opencl.tuning`) records the device, driver, model and target
 the times belong to, and how long the timing took.  Where the set carries
-the model's own all-buffer and all-texture programs (``in-place/``), each is
-then set up and run whole, ``--repeats`` times after a warm-up: the times the
-planner scales the set's prices to (``in_place``).
+the model's own all-buffer and all-texture programs (``in-place/``), they
+then run whole, taking turns, in :data:`WHOLE_SESSIONS` sessions set up anew,
+``--repeats`` times each after a warm-up: the times the planner scales the
+set's prices to (``in_place``).
 """
 
 from __future__ import annotations
@@ -33,12 +34,19 @@ from ..errors import TexscopeError
 from .calibrate import Progress, describe_device
 from .neighbours import Neighbours
 from .plan import read_plan
-from .replay import random_inputs
+from .replay import random_inputs, taking_turns
 from .session import Session
-from .source import pick_device
+from .source import default_device, pick_device, pyopencl
 from . import tuning
 
 DEFAULT_REPEATS = 9
+# The model's own programs, run whole, are timed in this many sessions each:
+# on an H200 one program ran 0.877 and 0.951 ms in two sessions (iris_landmark
+# all-buffer), 2.808 and 2.320 ms (pose_landmark_full all-texture), each
+# session's runs within a few percent: one session's spread understated the
+# noise the planner's margin weighs (docs/benchmarks.md, "Whole programs:
+# alone or taking turns").
+WHOLE_SESSIONS = 2
 # The inputs (every variant's operands, its weights among them) are uploaded
 # once, by the warm-up run, as a model uploads its weights once; re-uploaded
 # before every run (files before 2026-11-29 11:00) they moved the prices by
@@ -69,7 +77,7 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
     # Read now, so that a broken one stops the tuner before anything runs.
     whole_plans = {label: read_plan(root / folder)
                    for label, folder in in_place["programs"].items()} if in_place else {}
-    progress = Progress(repeats + 2 + len(whole_plans), progress_stream)
+    progress = Progress(repeats + 2 + (1 if whole_plans else 0), progress_stream)
     started = time.perf_counter()
     session = Session(plan, inputs, device, profile=True, jobs=jobs or os.cpu_count() or 1)
     progress.step("compiled and set up")
@@ -109,10 +117,9 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
               for copy in manifest["copies"]]
     whole = {}
     if in_place:
-        whole = {"in_place": {"function": in_place["function"]}}
-        for label, whole_plan in whole_plans.items():
-            whole["in_place"][label] = run_whole(whole_plan, device, repeats, jobs)
-            progress.step(f"{label} in place")
+        whole = {"in_place": {"function": in_place["function"],
+                              **run_whole(whole_plans, device, repeats, jobs)}}
+        progress.step("in place")
         if "previous_tuning" in manifest:
             whole["previous_tuning"] = manifest["previous_tuning"]
     return {
@@ -132,25 +139,40 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
                    f"each kernel's input maps rewritten and output images read just before it "
                    f"(chained); median: chained for variants, cold for copies (min and max: "
                    f"the fastest and slowest)"
-                   + (f"; the model's {', '.join(whole_plans)} programs then run whole, "
-                      f"{repeats} times each after a warm-up (in_place)" if in_place else "")),
+                   + (f"; the model's {', '.join(whole_plans)} programs then run whole "
+                      f"in {WHOLE_SESSIONS} sessions each, set up anew, a warm-up then "
+                      f"{repeats} runs each taking turns (in_place)" if in_place else "")),
         "kernels": kernels,
         "copies": copies,
         **whole,
     }
 
 
-def run_whole(plan, device, repeats: int, jobs: int | None = None) -> dict:
-    """A model's program (a :class:`~texscope.opencl.plan.Plan`) run whole on
-    ``device``: set up once, one warm-up inference, then ``repeats`` timed
-    ones; the median, fastest and slowest of its summed profiling-event
-    time, as a model runs inference after inference."""
-    inputs = random_inputs(plan)
-    session = Session(plan, inputs, device, profile=True, jobs=jobs or os.cpu_count() or 1)
-    session.profiled(inputs)
-    runs = [sum(t.seconds for t in session.profiled(None).times) for _ in range(repeats)]
-    return {"seconds": statistics.median(runs), "min_seconds": min(runs),
-            "max_seconds": max(runs)}
+def run_whole(plans: dict, device, repeats: int, jobs: int | None = None,
+              sessions: int = WHOLE_SESSIONS) -> dict:
+    """The model's programs (label: :class:`~texscope.opencl.plan.Plan`) run
+    whole on ``device``, as bench/tuned.py's replay runs them: in each of
+    ``sessions`` rounds, all set up anew in one context, one warm-up
+    inference each, then ``repeats`` timed ones taking turns
+    (:func:`~texscope.opencl.replay.taking_turns`).  Per label, the median,
+    fastest and slowest of its summed profiling-event time over the runs of
+    every session, so that the spread holds the sessions' difference too."""
+    runs: dict[str, list[float]] = {label: [] for label in plans}
+    device = device or default_device()
+    for _ in range(sessions):
+        context = pyopencl().Context([device])
+        live = {}
+        for label, plan in plans.items():
+            inputs = random_inputs(plan)
+            live[label] = Session(plan, inputs, device, profile=True, context=context,
+                                  jobs=jobs or os.cpu_count() or 1)
+            live[label].profiled(inputs)
+        for turn in taking_turns(list(plans), repeats):
+            for label in turn:
+                runs[label].append(sum(t.seconds for t in live[label].profiled(None).times))
+        live = context = None  # one round's device memory goes before the next's
+    return {label: {"seconds": statistics.median(r), "min_seconds": min(r),
+                    "max_seconds": max(r)} for label, r in runs.items()}
 
 
 def _parser() -> argparse.ArgumentParser:
