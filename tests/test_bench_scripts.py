@@ -459,3 +459,36 @@ def test_the_tuned_bench_exports_a_second_round(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "not a texscope tuning file" in done.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "third").exists()
+
+
+def test_the_whole_program_protocols_time_each_program_five_ways_on_pocl(tmp_path):
+    """An export of tuned.py without a tuned build: both extremes timed by
+    every protocol, the tuned column empty, the ratio the columns' ratio."""
+    pytest.importorskip("pyopencl")
+    out = tmp_path / "out"
+    bench = [sys.executable, str(ROOT / "bench" / "tuned.py"), "--export", str(out), "zoo/inception"]
+    assert subprocess.run(bench, capture_output=True, text=True, cwd=ROOT,
+                          timeout=600).returncode == 0
+    env = {**os.environ, "TEXSCOPE_BENCHMARKS_MD": str(tmp_path / "table.md")}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "whole_protocols.py"), str(out),
+                           "--runs", "3", "--markdown"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = (tmp_path / "table.md").read_text()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in table.splitlines() if line.startswith("| zoo_inception")]
+    assert [r[1] for r in rows] == ["alone", "turns", "back to back", "alone again", "tuner"]
+    for _, _, buffer, texture, tuned, ratio in rows:
+        assert float(buffer) > 0 and float(texture) > 0 and tuned == "-"
+        assert float(ratio) == pytest.approx(float(texture) / float(buffer), rel=2e-3)
+    assert "<!-- bench:whole_protocols.py -->" in table
+
+
+def test_the_whole_program_protocols_refuse_a_folder_that_is_no_export(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "whole_protocols.py"),
+                           str(tmp_path), "zoo/resnet"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"whole_protocols.py: error: {tmp_path / 'zoo_resnet'}: not a model of a "
+        "bench/tuned.py export")
