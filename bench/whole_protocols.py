@@ -95,6 +95,8 @@ def main(argv=None) -> int:
         parser.error(f"{root}: no such folder (bench/tuned.py --export writes one)")
     folders = [root / m.replace("/", "_") for m in args.models] or sorted(
         p for p in root.iterdir() if (p / "all-buffer" / "plan.json").is_file())
+    if not folders:
+        parser.error(f"{root}: holds no model of a bench/tuned.py export")
     for folder in folders:
         if not (folder / "all-buffer" / "plan.json").is_file():
             parser.error(f"{folder}: not a model of a bench/tuned.py export")

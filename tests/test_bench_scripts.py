@@ -492,3 +492,8 @@ def test_the_whole_program_protocols_refuse_a_folder_that_is_no_export(tmp_path)
     assert done.stderr.strip().splitlines()[-1] == (
         f"whole_protocols.py: error: {tmp_path / 'zoo_resnet'}: not a model of a "
         "bench/tuned.py export")
+    empty = subprocess.run([sys.executable, str(ROOT / "bench" / "whole_protocols.py"),
+                            str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert empty.returncode == 2 and empty.stdout == ""
+    assert empty.stderr.strip().splitlines()[-1] == (
+        f"whole_protocols.py: error: {tmp_path}: holds no model of a bench/tuned.py export")

@@ -94,7 +94,9 @@ Json read_set(const std::string& directory) {
     if (good)
       for (const auto& [label, folder] : programs.items())
         good = good && folder.is_string() &&
-               (label == kPrevious || label == kInPlaceLabels[0] || label == kInPlaceLabels[1]);
+               (label == kPrevious || std::find(std::begin(kInPlaceLabels),
+                                                std::end(kInPlaceLabels),
+                                                label) != std::end(kInPlaceLabels));
     if (!good)
       throw Error(path + ": \"in_place\" must name a function and a program folder for each "
                   "of all-buffer, all-texture");
