@@ -93,12 +93,16 @@ def program_digest(plan_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def same_program_as(builds: dict) -> dict:
-    """Per build label, the extreme (all texture or all buffer) that runs
-    the very same program, where one does."""
-    extremes = [label for label in ("all buffer", "all texture") if label in builds]
-    return {label: next((e for e in extremes if builds[e]["digest"] == row["digest"]), None)
-            for label, row in builds.items() if label not in (*extremes, AGAIN)}
+EXTREMES = ("all buffer", "all texture")
+
+
+def same_program_as(builds: dict, among: tuple[str, ...] = EXTREMES) -> dict:
+    """Per build label but the extremes', the build of ``among`` (by
+    default an extreme) that runs the very same program, where one does."""
+    among = tuple(label for label in among if label in builds)
+    return {label: next((e for e in among if e != label
+                         and builds[e]["digest"] == row["digest"]), None)
+            for label, row in builds.items() if label not in (*EXTREMES, AGAIN)}
 
 
 def better_extreme(builds: dict) -> str:
@@ -408,7 +412,7 @@ def table(found: dict) -> list[str]:
     for name, entry in found.items():
         builds = entry["rows"]
         floor = builds[better_extreme(builds)]["seconds"]
-        same = same_program_as(builds)
+        same = same_program_as(builds, (*EXTREMES, "default"))
         for label, row in builds.items():
             run = row["run"]
             if row["predicted"] is not None and label != AGAIN:
@@ -421,7 +425,7 @@ def table(found: dict) -> list[str]:
     lines = markdown_table(header, rows)
     noise, band = noise_summary(found)
     lines += ["", "`(= all buffer)`: the build runs the very same program (plan and "
-              "kernels) as that extreme.", "", *noise, "", *verdicts(found, band), "",
+              "kernels) as that build.", "", *noise, "", *verdicts(found, band), "",
               *moved_table(found)]
     lines += [f"Predicted (tuning file's kernel and copy times) against measured, over "
               f"{len(pairs)} builds: Pearson r = {pearson(pairs):+.3f}, Spearman rho = "

@@ -311,9 +311,15 @@ def test_the_tuned_table_says_which_builds_run_the_same_program(tmp_path, monkey
     (tmp_path / "tuned" / "kernels.cl").write_text("d")
     found["faster"] = model({"tuned": 0.9, "default": 2.0, "all texture": 3.0,
                              "all buffer": 1.0, tuned.AGAIN: 0.99})
+    # The tuning kept the default plan: named, and counted by its time.
+    (tmp_path / "tuned" / "kernels.cl").write_text("b")
+    (tmp_path / "tuned" / "plan.json").write_text(json.dumps({"target": "default", "steps": []}))
+    found["as default"] = model({"tuned": 0.8, "default": 0.81, "all texture": 3.0,
+                                 "all buffer": 1.0, tuned.AGAIN: 1.025})
     lines = tuned.table(found)
     assert "| same | tuned (= all buffer) | 1.020 | 1.020 | 3 | 0 | 0 | 1.020 | yes |" in lines
     assert "| faster | tuned | 0.900 | 0.900 | 3 | 0 | 0 | 0.900 | yes |" in lines
+    assert "| as default | tuned (= default) | 0.800 | 0.800 | 3 | 0 | 0 | 0.800 | yes |" in lines
     assert ("Noise band: `all buffer (again)` against `all buffer`, the same program replayed "
             "as a build of its own: 2.5% apart in the median model, 4.0% at most (same).") in lines
     # Only the model whose tuned program is its own lists the kernels that
@@ -321,10 +327,12 @@ def test_the_tuned_table_says_which_builds_run_the_same_program(tmp_path, monkey
     moved = [line for line in lines if line.count(" | ") == 6 and not line.startswith("| model")
              and not line.startswith("|---")]
     assert moved == ["| faster | all buffer | lv2 | conv_kernel | 5.0 | 9.0 | -4.0 |",
-                     "| faster | all buffer | lv1 | pad_kernel | 2.0 | 1.0 | +1.0 |"]
+                     "| faster | all buffer | lv1 | pad_kernel | 2.0 | 1.0 | +1.0 |",
+                     "| as default | all buffer | lv2 | conv_kernel | 5.0 | 9.0 | -4.0 |",
+                     "| as default | all buffer | lv1 | pad_kernel | 2.0 | 1.0 | +1.0 |"]
     assert ("Tuned plan against the better extreme: the very same program on 1 models (same); "
-            "at most 0.95x on 1 (faster 0.900); otherwise within 1.00x plus the noise band on 0 "
-            "(none); beyond it on 0 (none).") in lines
+            "at most 0.95x on 2 (faster 0.900, as default 0.800); otherwise within 1.00x plus "
+            "the noise band on 0 (none); beyond it on 0 (none).") in lines
 
 
 def test_the_tuned_builds_are_built_for_the_target_the_export_was(tmp_path, monkeypatch):

@@ -87,11 +87,11 @@ def test_the_runner_writes_the_python_tuners_file(tuned):
     assert all(0 < t < 1 for t in times)
     entries = [v for k in native["kernels"].values() for v in k["variants"]] + native["copies"]
     assert all(e["min_seconds"] <= e["seconds"] <= e["max_seconds"] for e in entries)
-    # Both run the model's own all-buffer and all-texture programs whole.
+    # Both run the model's own all-buffer, all-texture and default programs whole.
     assert list(native["in_place"]) == list(python["in_place"]) == \
-        ["function", *tuning.IN_PLACE_LABELS]
+        ["function", *tuning.IN_PLACE_LABELS, tuning.DEFAULT]
     assert native["in_place"]["function"] == python["in_place"]["function"] == "main"
-    for label in tuning.IN_PLACE_LABELS:
+    for label in (*tuning.IN_PLACE_LABELS, tuning.DEFAULT):
         whole = native["in_place"][label]
         assert list(whole) == list(SPREAD)
         assert 0 < whole["min_seconds"] <= whole["seconds"] <= whole["max_seconds"] < 1
@@ -111,13 +111,14 @@ def test_the_runner_runs_an_earlier_plan_whole_as_the_python_tuner(tuned):
         files[name] = tuning.load(tuned / f"{name}2.json")
     python, native = files["python"], files["native"]
     assert list(native) == list(python)
-    assert list(native["in_place"]) == ["function", *tuning.IN_PLACE_LABELS, tuning.PREVIOUS]
+    assert list(native["in_place"]) == ["function", *tuning.IN_PLACE_LABELS, tuning.DEFAULT,
+                                        tuning.PREVIOUS]
     assert list(native["in_place"]["previous"]) == list(SPREAD)
     assert native["previous_tuning"] == python["previous_tuning"] == \
         json.loads((tuned / "python.json").read_text())
     assert native["method"] == python["method"].replace(
         "python -m texscope.opencl.tune", "texscope-run --tune")
-    assert "the model's all-buffer, all-texture, previous programs then run whole" \
+    assert "the model's all-buffer, all-texture, default, previous programs then run whole" \
         in native["method"]
 
 
@@ -202,6 +203,12 @@ BREAKAGES = {
         "a \"previous\" program goes with the \"previous_tuning\" that chose it"),
     "no all-texture program": (lambda d: shutil.rmtree(d / "in-place" / "all-texture"),
                                "all-texture: no plan.json"),
+    "an in-place program of no known plan": (
+        _rewrite_manifest(lambda m: m["in_place"]["programs"].update(fastest="in-place/default")),
+        "\"in_place\" must name a function and a program folder for each "
+        "of all-buffer, all-texture"),
+    "no default program": (lambda d: shutil.rmtree(d / "in-place" / "default"),
+                           "default: no plan.json"),
     "no neighbours": (lambda d: (d / "neighbours.cl").unlink(),
                       "no neighbours.cl (a set written by an older texscope): write it again "
                       "with `texscope tune MODEL -o DIR`"),

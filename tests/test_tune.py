@@ -380,6 +380,13 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
     assert "0 calls by the cost profile" in built.stdout
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["kernels"] and report["untuned"] == []
+    # The default plan (the conv's output in a texture, the pool's in a
+    # buffer) is neither extreme's program: the tuner ran it whole too, and
+    # the build weighs it at that time.
+    first = tuning.load(tmp_path / "tuning.json")
+    assert set(first["in_place"]) == {"function", "all-buffer", "all-texture", "default"}
+    (verdict,) = report["tuned_plans"]
+    assert verdict["extremes"]["default"] == first["in_place"]["default"]["seconds"]
     replayed = run(sys.executable, "-m", "texscope.opencl.replay", str(tmp_path / "out"))
     assert replayed.returncode == 0, replayed.stderr
     explained = run("texscope", "explain", str(model), "--tuning", str(tmp_path / "tuning.json"))
@@ -425,7 +432,8 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
                 "-o", str(tmp_path / "tuning2.json"), "--repeats", "3")
     assert timed.returncode == 0, timed.stderr
     second = tuning.load(tmp_path / "tuning2.json")
-    assert set(second["in_place"]) == {"function", "all-buffer", "all-texture", "previous"}
+    assert set(second["in_place"]) == {"function", "all-buffer", "all-texture", "default",
+                                       "previous"}
     assert second["previous_tuning"] == json.loads((tmp_path / "tuning.json").read_text())
     built = run("texscope", "build", str(model), "--tuning", str(tmp_path / "tuning2.json"),
                 "-o", str(tmp_path / "out2"))
@@ -587,13 +595,17 @@ def _tuned_plan(mod, document):
 
 
 def test_the_set_carries_the_models_own_extremes(two_convs_set):
+    """And its default plan, which keeps the second conv's output in a
+    buffer: neither extreme's program."""
     manifest = tuning.read_set(two_convs_set)
     assert manifest["in_place"] == {"function": "main", "programs": {
-        "all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture"}}
+        "all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture",
+        "default": "in-place/default"}}
     texture = texture_target(TARGET)
-    for label in tuning.IN_PLACE_LABELS:
+    for label in (*tuning.IN_PLACE_LABELS, tuning.DEFAULT):
         written = json.loads((two_convs_set / "in-place" / label / "plan.json").read_text())
-        built = build(two_convs(), TARGET, profile=plan_profiles(texture)[label])
+        how = {} if label == tuning.DEFAULT else {"profile": plan_profiles(texture)[label]}
+        built = build(two_convs(), TARGET, **how)
         assert written["steps"] == json.loads(json.dumps(plan_of(built).to_json()["steps"]))
     scopes = {label: {t["scope"] for t in json.loads(
         (two_convs_set / "in-place" / label / "plan.json").read_text())["tensors"]}
@@ -737,7 +749,7 @@ def test_a_second_round_runs_the_earlier_plan_whole(second_round):
     manifest = tuning.read_set(root)
     assert manifest["in_place"]["programs"] == {
         "all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture",
-        "previous": "in-place/previous"}
+        "default": "in-place/default", "previous": "in-place/previous"}
     assert manifest["previous_tuning"] == earlier
     written = json.loads((root / "in-place" / "previous" / "plan.json").read_text())
     built = build(two_convs(), TARGET, tuning=earlier)
@@ -810,6 +822,68 @@ def test_an_earlier_plan_that_ran_fastest_is_the_one_to_beat(second_round):
     assert {n for n, s in _scopes(report).items() if is_texture_scope(s)} == {"const0", "const1"}
 
 
+def _with_default(document, default_s, spread=0.01) -> dict:
+    """``document`` with the default plan run whole at ``default_s``."""
+    timed = {"seconds": default_s, "min_seconds": default_s * (1 - spread),
+             "max_seconds": default_s * (1 + spread)}
+    return {**document, "in_place": {**document["in_place"], "default": timed}}
+
+
+def _textures_lose(kernel, scopes):
+    if kernel is None:
+        return 1.0
+    return 1e-3 + 1e-3 * sum(is_texture_scope(s) for s in scopes)
+
+
+def test_a_default_plan_that_is_an_extremes_program_is_not_built_twice(tmp_path):
+    """conv_then_pool's default plan on the nvidia preset is all-buffer's
+    own program: run whole once, under that label."""
+    tuning_set.export(conv_then_pool(), "nvidia-opencl", tmp_path / "set", "conv_then_pool",
+                      log=lambda *_: None)
+    assert tuning.read_set(tmp_path / "set")["in_place"]["programs"] == {
+        "all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture"}
+    assert not (tmp_path / "set" / "in-place" / "default").exists()
+    untuned = plan_of(build(conv_then_pool(), "nvidia-opencl"))
+    assert untuned.source == (tmp_path / "set" / "in-place" / "all-buffer" / "kernels.cl") \
+        .read_text()
+
+
+def test_a_default_plan_that_ran_fastest_is_the_one_to_beat(two_convs_set):
+    """The prices say textures lose everywhere: the optimum is all-buffer
+    (4 ms measured whole).  Where the default plan ran 3 ms whole, the
+    optimum is within the margin of it and the default plan is kept, as
+    the build without a tuning file makes it; where the file has no run of
+    it, the default plan is not weighed."""
+    manifest = tuning.read_set(two_convs_set)
+    whole = _run_whole(synthetic(manifest, _textures_lose, spread=0.01), 4e-3, 1e-2)
+    (plain,) = build(two_convs(), TARGET, tuning=whole).report.verdicts
+    assert plain.kept == "tuned" and "default" not in plain.extremes
+    assert "the optimum is the all-buffer plan itself" in plain.reason
+    report = build(two_convs(), TARGET, tuning=_with_default(whole, 3e-3)).report
+    (verdict,) = report.verdicts
+    assert verdict.kept == "default" and verdict.extremes["default"] == pytest.approx(3e-3)
+    assert verdict.reason.startswith("tuned plan predicted 4.000 ms, default 3.000 ms: within "
+                                     "the margin")
+    assert "default kept" in verdict.reason
+    untuned = build(two_convs(), TARGET).report
+    assert _scopes(report) == _scopes(untuned)
+    assert {n for n, s in _scopes(report).items() if is_texture_scope(s)} == \
+        {"const0", "const1", "x_layout_transform", "lv"}
+
+
+def test_a_default_plan_within_its_margin_of_all_buffer_is_not_the_reference(two_convs_set):
+    """3.99 ms whole against all-buffer's 4 ms, each run 1% off its
+    median: the margin (0.056 ms, both spreads as independent errors) is
+    more than the gain; all-buffer stays the plan to beat."""
+    manifest = tuning.read_set(two_convs_set)
+    whole = _run_whole(synthetic(manifest, _textures_lose, spread=0.01), 4e-3, 1e-2)
+    (verdict,) = build(two_convs(), TARGET, tuning=_with_default(whole, 3.99e-3)).report.verdicts
+    assert verdict.kept == "tuned"
+    assert verdict.reason.startswith(
+        "tuned plan predicted 4.000 ms, all-buffer 4.000 ms (default within its margin 0.056 ms "
+        "of all-buffer: not the reference): the optimum is the all-buffer plan itself")
+
+
 def test_a_previous_tuning_of_another_model_is_refused_before_anything_is_written(
         two_convs_set, tmp_path):
     earlier = synthetic(tuning.read_set(two_convs_set), lambda k, s: 1e-3)
@@ -832,6 +906,14 @@ def test_a_malformed_run_whole_is_refused(two_convs_set, tmp_path):
     path.write_text(json.dumps(document))
     with pytest.raises(TexscopeError, match=r"in_place.all-texture: seconds -1.0 is not a time"):
         tuning.load(path)
+    document["in_place"]["all-texture"] = {"seconds": 1e-3}
+    for default, message in (("fast", r"in_place.default: must be an object with \"seconds\""),
+                             ({"seconds": 1e-3, "min_seconds": 2e-3, "max_seconds": 3e-3},
+                              r"in_place.default: min_seconds 0.002 <= seconds 0.001")):
+        document["in_place"]["default"] = default
+        path.write_text(json.dumps(document))
+        with pytest.raises(TexscopeError, match=message):
+            tuning.load(path)
 
 
 def test_the_guard_is_explained_by_the_installed_commands(tmp_path):
@@ -963,7 +1045,8 @@ def test_the_tuner_uploads_the_inputs_once(two_convs_set, monkeypatch):
                         lambda self, spec, host: writes.append(spec.name) or original(self, spec, host))
     measure(two_convs_set, default_device(), repeats=3, progress_stream=open(os.devnull, "w"))
     # So do the model's own programs, run whole after the set: once a session.
-    programs = [tuning.PROGRAM, *(f"in-place/{label}" for label in tuning.IN_PLACE_LABELS
+    programs = [tuning.PROGRAM, *(f"in-place/{label}" for label in
+                                  (*tuning.IN_PLACE_LABELS, tuning.DEFAULT)
                                   for _ in range(WHOLE_SESSIONS))]
     assert sorted(writes) == sorted(name for folder in programs
                                     for name in read_plan(two_convs_set / folder).inputs)

@@ -247,11 +247,14 @@ def _tuned(consumers: ConsumerInfo):
 
 def _extremes(consumers: ConsumerInfo) -> dict:
     """The all-buffer and all-texture plans as the build makes them (the
-    profile planner under :func:`texscope.knowledge.profile.extreme_profiles`):
-    (storages, reads per tensor) each, for the tuned plan's guard."""
+    profile planner under :func:`texscope.knowledge.profile.extreme_profiles`)
+    and the default plan (under the target's own profile, the build without
+    a tuning file): (storages, reads per tensor) each, for the tuned plan's
+    guard."""
     graph = consumers.graph
     found = {}
-    for label, profile in extreme_profiles(graph.texture.profile).items():
+    profiles = {**extreme_profiles(graph.texture.profile), tuned.DEFAULT: graph.texture.profile}
+    for label, profile in profiles.items():
         texture = attrs.evolve(graph.texture, profile=profile, tuning=None)
         found[label] = _optimal(consumer_demands(attrs.evolve(graph, texture=texture)))
     return found

@@ -32,6 +32,7 @@ constexpr const char* kNeighbours = "neighbours.cl";  // tuning.py's NEIGHBOURS
 // tuning.py's IN_PLACE_LABELS: the model's own programs, run whole.
 constexpr const char* kInPlaceLabels[] = {"all-buffer", "all-texture"};
 constexpr const char* kPrevious = "previous";  // tuning.py's PREVIOUS
+constexpr const char* kDefault = "default";    // tuning.py's DEFAULT
 
 Json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -94,9 +95,9 @@ Json read_set(const std::string& directory) {
     if (good)
       for (const auto& [label, folder] : programs.items())
         good = good && folder.is_string() &&
-               (label == kPrevious || std::find(std::begin(kInPlaceLabels),
-                                                std::end(kInPlaceLabels),
-                                                label) != std::end(kInPlaceLabels));
+               (label == kPrevious || label == kDefault ||
+                std::find(std::begin(kInPlaceLabels), std::end(kInPlaceLabels), label) !=
+                    std::end(kInPlaceLabels));
     if (!good)
       throw Error(path + ": \"in_place\" must name a function and a program folder for each "
                   "of all-buffer, all-texture");

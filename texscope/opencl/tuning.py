@@ -46,6 +46,9 @@ IN_PLACE = "in-place"
 IN_PLACE_LABELS = ("all-buffer", "all-texture")
 # The plan an earlier tuning file chose, run whole beside them where given.
 PREVIOUS = "previous"
+# The plan the target's cost profile chooses (the build without a tuning
+# file), run whole beside them where it is neither extreme's program.
+DEFAULT = "default"
 
 
 def read_set(directory) -> dict:
@@ -73,7 +76,7 @@ def read_set(directory) -> dict:
         in_place = in_place if isinstance(in_place, dict) else {}
         programs = in_place.get("programs")
         if not isinstance(in_place.get("function"), str) or not isinstance(programs, dict) \
-                or set(programs) - {PREVIOUS} != set(IN_PLACE_LABELS) \
+                or set(programs) - {PREVIOUS, DEFAULT} != set(IN_PLACE_LABELS) \
                 or not all(isinstance(folder, str) for folder in programs.values()):
             raise TexscopeError(f"{path}: \"in_place\" must name a function and a program "
                                 f"folder for each of {', '.join(IN_PLACE_LABELS)}")
@@ -139,12 +142,16 @@ def check_tuning(document, origin: str) -> dict:
         if PREVIOUS in in_place:
             _timed(in_place[PREVIOUS], f"{origin}: in_place.previous")
             check_tuning(document["previous_tuning"], f"{origin}: previous_tuning")
+        if DEFAULT in in_place:
+            _timed(in_place[DEFAULT], f"{origin}: in_place.default")
     return document
 
 
 def _timed(entry: dict, where: str) -> None:
     """``seconds`` and, where recorded (optional: older files lack them),
     ``min_seconds <= seconds <= max_seconds``."""
+    if not isinstance(entry, dict):
+        raise TexscopeError(f"{where}: must be an object with \"seconds\"")
     median = _seconds(entry.get("seconds"), where)
     if ("min_seconds" in entry) != ("max_seconds" in entry):
         raise TexscopeError(f"{where}: \"min_seconds\" and \"max_seconds\" go together")

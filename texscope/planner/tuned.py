@@ -58,9 +58,13 @@ from . import cost as plan_cost
 # Combinations of operand tensors a fused call's name is looked up under.
 MOST_READINGS = 64
 
-# The plan an earlier tuning file chose, as the file names its run whole
-# (texscope.opencl.tuning.PREVIOUS: that layer is below this one's reach).
+# The plan an earlier tuning file chose and the plan of the target's cost
+# profile, as the file names their runs whole (texscope.opencl.tuning's
+# PREVIOUS and DEFAULT: that layer is below this one's reach).  Each is
+# weighed at its measured time, never at its prices.
 PREVIOUS = "previous"
+DEFAULT = "default"
+MEASURED_WHOLE = (PREVIOUS, DEFAULT)
 
 MICROSECONDS = 1e6  # the program's costs, in microseconds: HiGHS' tolerances suit them
 
@@ -344,9 +348,11 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     every storage: the result then prices that plan by the same measured
     costs (None where it uses a variant the tuning never measured).
     ``extremes`` (label: (storages, reads)), the all-buffer and all-texture
-    plans as the build makes them: the optimum is kept only where it beats
-    the better of them by more than the margin (:func:`_verdict`),
-    else that plan is returned; the result's ``verdict`` says which and why.
+    plans as the build makes them, and the ``"default"`` plan of the
+    target's cost profile: the optimum is kept only where it beats the
+    fastest of them by more than the margin (:func:`_verdict`), else that
+    plan is returned; the result's ``verdict`` says which and why.  The
+    default plan is weighed only where the file ran it whole.
     """
     graph = consumers.graph
     per_byte = profile.copy_seconds_per_byte.value
@@ -499,7 +505,8 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
     scale, priced = None, {}
     if extremes:
         # Fixed storages fix the solution: scaling the prices leaves these as they are.
-        priced = {label: solve(fixing(assignment)) for label, assignment in extremes.items()}
+        priced = {label: solve(fixing(assignment)) for label, assignment in extremes.items()
+                  if label != DEFAULT}
         texture_mask = np.isin(np.arange(n), sorted(texture_columns))
         scale = in_place_scale(measured.in_place(graph.function), cost, texture_mask, priced,
                                uncovered)
@@ -522,6 +529,8 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
         earlier = plan(consumers, earlier_costs, profile, group_of, allowed_of, sync_pairs,
                        extremes=extremes)
         priced[PREVIOUS] = solve(fixing((earlier.storages, earlier.reads)))
+    if DEFAULT in extremes and scale.seconds(DEFAULT) is not None:
+        priced[DEFAULT] = solve(fixing(extremes[DEFAULT]))
     low = np.array([spread.get(j, (c, c))[0] for j, c in enumerate(cost)])
     high = np.array([spread.get(j, (c, c))[1] for j, c in enumerate(cost)])
     verdict = _verdict(measured, np.array(cost), low, high, best, priced, scale)
@@ -602,7 +611,7 @@ def in_place_scale(in_place, cost, texture_mask, priced, uncovered) -> InPlaceSc
     cost = np.asarray(cost, dtype=float)
     measured = tuple((label, tuple(float(in_place[label][k]) for k in
                                    ("seconds", "min_seconds", "max_seconds")))
-                     for label in (*labels, PREVIOUS) if label in in_place)
+                     for label in (*labels, *MEASURED_WHOLE) if label in in_place)
     parts = np.array([[float(np.dot(cost * ~texture_mask, priced[label])),
                        float(np.dot(cost * texture_mask, priced[label]))] for label in labels])
     times = np.array([dict(measured)[label][0] for label in labels])
@@ -621,43 +630,59 @@ def _verdict(measured: MeasuredCosts, cost, low, high, best, priced,
              scale: InPlaceScale | None = None) -> "Verdict":
     """Keep the optimum ``best`` only where it beats the reference plan
     of ``priced`` (label: solution, None where not priced) by more than
-    :func:`_margin`.  The reference is the all-buffer plan unless the
-    all-texture plan beats it by its own margin: a plan with textures is
-    kept only where it wins by more than a set's prices may be off (zoo
+    :func:`_margin`.  The reference is the fastest plan that beats
+    all-buffer by its own margin, else all-buffer: a plan with textures
+    stands only where it wins by more than the prices may be off (zoo
     inception on an H200: all-texture predicted 5% under all-buffer ran
-    1.20x it, docs/benchmarks.md); or the plan an earlier tuning file chose
-    (``"previous"``), at its time measured whole, where that is the fastest.
-    Where ``best`` is that plan, its measured time stands for it, and the
-    margin is the two plans' spreads run whole."""
+    1.20x it, docs/benchmarks.md).  The plans run whole beside the extremes
+    (:data:`MEASURED_WHOLE`: the one an earlier tuning file chose, the
+    default plan of the target's profile) stand at their measured times,
+    their margin the two plans' spreads run whole; where ``best`` is one of
+    them, its measured time stands for it (zoo/chain64 on an H200: the
+    default plan ran 0.83x all-buffer in every replay while its prices
+    said 0.975x, docs/benchmarks.md)."""
     scaled_to = scale if scale is not None and scale.applies else None
     times = tuple((label, None if x is None else
-                   scaled_to.seconds(label) if label == PREVIOUS else float(np.dot(cost, x)))
+                   scaled_to.seconds(label) if label in MEASURED_WHOLE else float(np.dot(cost, x)))
                   for label, x in priced.items())
     seconds = dict(times)
-    is_previous = priced.get(PREVIOUS) is not None and (priced[PREVIOUS] == best).all()
-    tuned_s = seconds[PREVIOUS] if is_previous else float(np.dot(cost, best))
+    whole = next((label for label in MEASURED_WHOLE
+                  if priced.get(label) is not None and (priced[label] == best).all()), None)
+    tuned_s = seconds[whole] if whole else float(np.dot(cost, best))
     candidates = [label for label, sec in times if sec is not None]
     scaled = f"; {scale.describe()}" if scaled_to else ""
     if not candidates:
         return Verdict("tuned", tuned_s, times, 0.0, "neither extreme is a plan the tuning priced")
+
+    def whole_margin(label: str, other: str) -> tuple[float, str]:
+        spreads = [scaled_to.spread(label), scaled_to.spread(other)]
+        return math.hypot(*spreads), (f"the optimum is the {label} plan, measured whole: its "
+                                      f"spread {spreads[0] * 1e3:.3f} ms and {other}'s "
+                                      f"{spreads[1] * 1e3:.3f} ms as independent errors")
+
     label, note = min(candidates, key=lambda c: seconds[c]), ""
-    if label == "all-texture" and seconds.get("all-buffer") is not None:
-        texture_margin, _ = _margin(measured, cost, low, high, priced[label], priced["all-buffer"],
-                                    "all-buffer", scale)
-        if seconds[label] + texture_margin >= seconds["all-buffer"]:
+    if label != "all-buffer" and seconds.get("all-buffer") is not None:
+        standing = [c for c in sorted(candidates, key=lambda c: seconds[c])
+                    if seconds[c] < seconds["all-buffer"]]
+        for candidate in standing:
+            if candidate in MEASURED_WHOLE:
+                own_margin, _ = whole_margin(candidate, "all-buffer")
+            else:
+                own_margin, _ = _margin(measured, cost, low, high, priced[candidate],
+                                        priced["all-buffer"], "all-buffer", scale)
+            if seconds[candidate] + own_margin < seconds["all-buffer"]:
+                label = candidate
+                break
+            note += (f" ({candidate} within its margin {own_margin * 1e3:.3f} ms of "
+                     f"all-buffer: not the reference)")
+        else:
             label = "all-buffer"
-            note = (f" (all-texture within its margin {texture_margin * 1e3:.3f} ms of "
-                    f"all-buffer: not the reference)")
     extreme = priced[label]
     if (extreme == best).all():
         return Verdict("tuned", tuned_s, times, 0.0,
                        f"the optimum is the {label} plan itself{scaled}", label, note)
-    if is_previous:
-        spreads = [scaled_to.spread(PREVIOUS), scaled_to.spread(label)]
-        margin_s = math.hypot(*spreads)
-        source = (f"the optimum is the previous plan, measured whole: its spread "
-                  f"{spreads[0] * 1e3:.3f} ms and {label}'s {spreads[1] * 1e3:.3f} ms as "
-                  f"independent errors")
+    if whole:
+        margin_s, source = whole_margin(whole, label)
     else:
         margin_s, source = _margin(measured, cost, low, high, best, extreme, label, scale)
     kept = "tuned" if tuned_s + margin_s < seconds[label] else label
@@ -710,8 +735,10 @@ def _margin(measured: MeasuredCosts, cost, low, high, plan, extreme, label: str,
 class Verdict:
     """Whether the measured optimum was kept against the simple choices.
 
-    ``kept``: ``"tuned"`` or the extreme kept instead (``"all-buffer"``,
-    ``"all-texture"``); ``tuned_s``: the optimum's predicted time;
+    ``kept``: ``"tuned"`` or the plan kept instead (``"all-buffer"``,
+    ``"all-texture"``, or one run whole: ``"default"``, ``"previous"``);
+    ``tuned_s``: the optimum's predicted time (its measured one where it is
+    a plan run whole);
     ``extremes``: (label, predicted seconds, None where the tuning cannot
     price it); ``margin_s`` and ``margin_source``: by how much the optimum
     had to be faster, and where that came from; ``against``: the
