@@ -150,6 +150,22 @@ def test_default_profiles_give_every_number_a_source():
         assert "guess" in profile.copy_seconds_per_byte.source
 
 
+def test_a_profiles_digest_follows_its_numbers_not_their_sources():
+    """The tuning set names the profile that chose its default plan by it."""
+    adreno, nvidia = cost_profile.default("adreno"), cost_profile.default("nvidia")
+    document = copy.deepcopy(adreno.document)
+    for prices in document["kernels"].values():
+        for price in prices.values():
+            price["source"] = "written elsewhere"
+    assert cost_profile.from_document(document, "elsewhere").digest == adreno.digest
+    name, prices = next(iter(sorted(document["kernels"].items())))
+    prices["read_gain"]["value"] += 0.125
+    assert cost_profile.from_document(document).digest != adreno.digest
+    assert re.fullmatch(r"[0-9a-f]{16}", adreno.digest) and adreno.digest != nvidia.digest
+    # Mali's built-in guesses are Adreno's numbers: the same plans, one digest.
+    assert cost_profile.default("mali").digest == adreno.digest
+
+
 def test_the_nvidia_profile_keeps_1x1_and_depthwise_maps_in_buffers_and_3x3_maps_in_textures():
     # What the H200 measured: a 3x3 conv gains from reading an image, a 1x1
     # or depthwise conv loses.

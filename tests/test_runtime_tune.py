@@ -89,7 +89,9 @@ def test_the_runner_writes_the_python_tuners_file(tuned):
     assert all(e["min_seconds"] <= e["seconds"] <= e["max_seconds"] for e in entries)
     # Both run the model's own all-buffer, all-texture and default programs whole.
     assert list(native["in_place"]) == list(python["in_place"]) == \
-        ["function", *tuning.IN_PLACE_LABELS, tuning.DEFAULT]
+        ["function", tuning.DEFAULT_PROFILE, *tuning.IN_PLACE_LABELS, tuning.DEFAULT]
+    assert native["in_place"][tuning.DEFAULT_PROFILE] == \
+        tuning.read_set(tuned / "set")["in_place"][tuning.DEFAULT_PROFILE]
     assert native["in_place"]["function"] == python["in_place"]["function"] == "main"
     for label in (*tuning.IN_PLACE_LABELS, tuning.DEFAULT):
         whole = native["in_place"][label]
@@ -111,8 +113,8 @@ def test_the_runner_runs_an_earlier_plan_whole_as_the_python_tuner(tuned):
         files[name] = tuning.load(tuned / f"{name}2.json")
     python, native = files["python"], files["native"]
     assert list(native) == list(python)
-    assert list(native["in_place"]) == ["function", *tuning.IN_PLACE_LABELS, tuning.DEFAULT,
-                                        tuning.PREVIOUS]
+    assert list(native["in_place"]) == ["function", tuning.DEFAULT_PROFILE,
+                                        *tuning.IN_PLACE_LABELS, tuning.DEFAULT, tuning.PREVIOUS]
     assert list(native["in_place"]["previous"]) == list(SPREAD)
     assert native["previous_tuning"] == python["previous_tuning"] == \
         json.loads((tuned / "python.json").read_text())
@@ -209,6 +211,9 @@ BREAKAGES = {
         "of all-buffer, all-texture"),
     "no default program": (lambda d: shutil.rmtree(d / "in-place" / "default"),
                            "default: no plan.json"),
+    "a default program without its profile": (
+        _rewrite_manifest(lambda m: m["in_place"].pop("default_profile")),
+        "a \"default\" program goes with the \"default_profile\" that chose it"),
     "no neighbours": (lambda d: (d / "neighbours.cl").unlink(),
                       "no neighbours.cl (a set written by an older texscope): write it again "
                       "with `texscope tune MODEL -o DIR`"),

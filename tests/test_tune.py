@@ -384,7 +384,8 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
     # buffer) is neither extreme's program: the tuner ran it whole too, and
     # the build weighs it at that time.
     first = tuning.load(tmp_path / "tuning.json")
-    assert set(first["in_place"]) == {"function", "all-buffer", "all-texture", "default"}
+    assert set(first["in_place"]) == {"function", "default_profile", "all-buffer", "all-texture",
+                                      "default"}
     (verdict,) = report["tuned_plans"]
     assert verdict["extremes"]["default"] == first["in_place"]["default"]["seconds"]
     replayed = run(sys.executable, "-m", "texscope.opencl.replay", str(tmp_path / "out"))
@@ -432,8 +433,8 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
                 "-o", str(tmp_path / "tuning2.json"), "--repeats", "3")
     assert timed.returncode == 0, timed.stderr
     second = tuning.load(tmp_path / "tuning2.json")
-    assert set(second["in_place"]) == {"function", "all-buffer", "all-texture", "default",
-                                       "previous"}
+    assert set(second["in_place"]) == {"function", "default_profile", "all-buffer",
+                                       "all-texture", "default", "previous"}
     assert second["previous_tuning"] == json.loads((tmp_path / "tuning.json").read_text())
     built = run("texscope", "build", str(model), "--tuning", str(tmp_path / "tuning2.json"),
                 "-o", str(tmp_path / "out2"))
@@ -598,9 +599,10 @@ def test_the_set_carries_the_models_own_extremes(two_convs_set):
     """And its default plan, which keeps the second conv's output in a
     buffer: neither extreme's program."""
     manifest = tuning.read_set(two_convs_set)
-    assert manifest["in_place"] == {"function": "main", "programs": {
-        "all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture",
-        "default": "in-place/default"}}
+    assert manifest["in_place"] == {
+        "function": "main", "default_profile": texture_target(TARGET).profile.digest,
+        "programs": {"all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture",
+                     "default": "in-place/default"}}
     texture = texture_target(TARGET)
     for label in (*tuning.IN_PLACE_LABELS, tuning.DEFAULT):
         written = json.loads((two_convs_set / "in-place" / label / "plan.json").read_text())
@@ -823,10 +825,12 @@ def test_an_earlier_plan_that_ran_fastest_is_the_one_to_beat(second_round):
 
 
 def _with_default(document, default_s, spread=0.01) -> dict:
-    """``document`` with the default plan run whole at ``default_s``."""
+    """``document`` with the default plan (of TARGET's profile) run whole at
+    ``default_s``."""
     timed = {"seconds": default_s, "min_seconds": default_s * (1 - spread),
              "max_seconds": default_s * (1 + spread)}
-    return {**document, "in_place": {**document["in_place"], "default": timed}}
+    return {**document, "in_place": {**document["in_place"], "default": timed,
+                                     "default_profile": texture_target(TARGET).profile.digest}}
 
 
 def _textures_lose(kernel, scopes):
@@ -871,6 +875,22 @@ def test_a_default_plan_that_ran_fastest_is_the_one_to_beat(two_convs_set):
         {"const0", "const1", "x_layout_transform", "lv"}
 
 
+def test_a_default_plan_of_another_cost_profile_is_not_weighed(two_convs_set):
+    """The same file, built under another cost profile (every map in a
+    texture, the weights in buffers): that build's default plan is not the
+    one the tuner ran; the verdict says so and weighs the extremes alone."""
+    manifest = tuning.read_set(two_convs_set)
+    whole = _run_whole(synthetic(manifest, _textures_lose, spread=0.01), 4e-3, 1e-2)
+    other = plan_profiles(texture_target(TARGET))["maps-in-textures"]
+    assert other.digest != texture_target(TARGET).profile.digest
+    (verdict,) = build(two_convs(), TARGET, tuning=_with_default(whole, 3e-3),
+                       profile=other).report.verdicts
+    assert verdict.kept == "tuned" and "default" not in verdict.extremes
+    assert verdict.reason.endswith(
+        "; the default plan run whole is not weighed: the tuning set's was chosen by another "
+        "cost profile, tuned plan kept; all-texture 10.000 ms")
+
+
 def test_a_default_plan_within_its_margin_of_all_buffer_is_not_the_reference(two_convs_set):
     """3.99 ms whole against all-buffer's 4 ms, each run 1% off its
     median: the margin (0.056 ms, both spreads as independent errors) is
@@ -907,6 +927,12 @@ def test_a_malformed_run_whole_is_refused(two_convs_set, tmp_path):
     with pytest.raises(TexscopeError, match=r"in_place.all-texture: seconds -1.0 is not a time"):
         tuning.load(path)
     document["in_place"]["all-texture"] = {"seconds": 1e-3}
+    document["in_place"]["default"] = {"seconds": 1e-3}
+    path.write_text(json.dumps(document))
+    with pytest.raises(TexscopeError, match=r"in_place.default goes with the "
+                                            r"\"default_profile\" that chose it"):
+        tuning.load(path)
+    document["in_place"]["default_profile"] = "0123456789abcdef"
     for default, message in (("fast", r"in_place.default: must be an object with \"seconds\""),
                              ({"seconds": 1e-3, "min_seconds": 2e-3, "max_seconds": 3e-3},
                               r"in_place.default: min_seconds 0.002 <= seconds 0.001")):

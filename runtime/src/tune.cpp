@@ -33,6 +33,7 @@ constexpr const char* kNeighbours = "neighbours.cl";  // tuning.py's NEIGHBOURS
 constexpr const char* kInPlaceLabels[] = {"all-buffer", "all-texture"};
 constexpr const char* kPrevious = "previous";  // tuning.py's PREVIOUS
 constexpr const char* kDefault = "default";    // tuning.py's DEFAULT
+constexpr const char* kDefaultProfile = "default_profile";  // tuning.py's DEFAULT_PROFILE
 
 Json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -101,6 +102,9 @@ Json read_set(const std::string& directory) {
     if (!good)
       throw Error(path + ": \"in_place\" must name a function and a program folder for each "
                   "of all-buffer, all-texture");
+    if (programs.contains(kDefault) != in_place.value(kDefaultProfile, Json()).is_string())
+      throw Error(path + ": a \"default\" program goes with the \"default_profile\" that "
+                  "chose it");
     const bool previous = programs.contains(kPrevious);
     if (previous != manifest.contains("previous_tuning"))
       throw Error(path + ": a \"previous\" program goes with the \"previous_tuning\" that "
@@ -276,6 +280,8 @@ void tune(const TuneOptions& o) {
   std::string labels;  // as tune.py names them: "all-buffer, all-texture"
   if (manifest.contains("in_place")) {
     in_place = {{"function", manifest["in_place"]["function"]}};
+    if (manifest["in_place"].contains(kDefaultProfile))
+      in_place[kDefaultProfile] = manifest["in_place"][kDefaultProfile];
     const Json timed = run_whole(whole, device, o.repeats);
     for (const auto& [label, program] : whole) {
       in_place[label] = timed[label];

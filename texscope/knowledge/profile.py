@@ -13,6 +13,7 @@ where TVM is not installed.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -90,6 +91,19 @@ class CostProfile:
     def copy_launch_bytes(self) -> float:
         """A copy's launch, in bytes a copy moves in the same time."""
         return self.copy_seconds_per_launch.value / self.copy_seconds_per_byte.value
+
+    @property
+    def digest(self) -> str:
+        """A digest of the numbers that decide plans, not of where they came
+        from: two profiles of one digest plan every model alike."""
+        def gains(prices: KernelPrices) -> list:
+            weight = prices.weight_read_gain
+            return [prices.read_gain.value, prices.write_gain.value,
+                    None if weight is None else weight.value]
+
+        numbers = {"copy": [self.copy_seconds_per_byte.value, self.copy_seconds_per_launch.value],
+                   "kernels": {name: gains(p) for name, p in sorted(self.kernels.items())}}
+        return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
 
     def seconds(self, nbytes: float) -> float:
         """The time a copy of ``nbytes`` would take, without its launch:

@@ -117,7 +117,8 @@ def measure(directory, device, repeats: int = DEFAULT_REPEATS, progress_stream=N
               for copy in manifest["copies"]]
     whole = {}
     if in_place:
-        whole = {"in_place": {"function": in_place["function"],
+        chosen_by = {k: in_place[k] for k in (tuning.DEFAULT_PROFILE,) if k in in_place}
+        whole = {"in_place": {"function": in_place["function"], **chosen_by,
                               **run_whole(whole_plans, device, repeats, jobs)}}
         progress.step("in place")
         if "previous_tuning" in manifest:

@@ -49,6 +49,8 @@ PREVIOUS = "previous"
 # The plan the target's cost profile chooses (the build without a tuning
 # file), run whole beside them where it is neither extreme's program.
 DEFAULT = "default"
+# The digest of the cost profile that chose it (CostProfile.digest).
+DEFAULT_PROFILE = "default_profile"
 
 
 def read_set(directory) -> dict:
@@ -83,6 +85,9 @@ def read_set(directory) -> dict:
         if (PREVIOUS in programs) != ("previous_tuning" in manifest):
             raise TexscopeError(f"{path}: a \"previous\" program goes with the "
                                 "\"previous_tuning\" that chose it")
+        if (DEFAULT in programs) != isinstance(in_place.get(DEFAULT_PROFILE), str):
+            raise TexscopeError(f"{path}: a \"default\" program goes with the "
+                                f"\"{DEFAULT_PROFILE}\" that chose it")
         if PREVIOUS in programs:
             check_tuning(manifest["previous_tuning"], f"{path}: previous_tuning")
     return manifest
@@ -142,6 +147,9 @@ def check_tuning(document, origin: str) -> dict:
         if PREVIOUS in in_place:
             _timed(in_place[PREVIOUS], f"{origin}: in_place.previous")
             check_tuning(document["previous_tuning"], f"{origin}: previous_tuning")
+        if (DEFAULT in in_place) != isinstance(in_place.get(DEFAULT_PROFILE), str):
+            raise TexscopeError(f"{origin}: in_place.default goes with the "
+                                f"\"{DEFAULT_PROFILE}\" that chose it")
         if DEFAULT in in_place:
             _timed(in_place[DEFAULT], f"{origin}: in_place.default")
     return document

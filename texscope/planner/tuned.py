@@ -64,6 +64,7 @@ MOST_READINGS = 64
 # weighed at its measured time, never at its prices.
 PREVIOUS = "previous"
 DEFAULT = "default"
+DEFAULT_PROFILE = "default_profile"  # the digest of the cost profile that chose it
 MEASURED_WHOLE = (PREVIOUS, DEFAULT)
 
 MICROSECONDS = 1e6  # the program's costs, in microseconds: HiGHS' tolerances suit them
@@ -529,11 +530,17 @@ def plan(consumers, measured: MeasuredCosts, profile, group_of, allowed_of,
         earlier = plan(consumers, earlier_costs, profile, group_of, allowed_of, sync_pairs,
                        extremes=extremes)
         priced[PREVIOUS] = solve(fixing((earlier.storages, earlier.reads)))
+    aside = ""
     if DEFAULT in extremes and scale.seconds(DEFAULT) is not None:
-        priced[DEFAULT] = solve(fixing(extremes[DEFAULT]))
+        if measured.in_place(graph.function).get(DEFAULT_PROFILE) == profile.digest:
+            priced[DEFAULT] = solve(fixing(extremes[DEFAULT]))
+        else:
+            aside = ("; the default plan run whole is not weighed: the tuning set's was chosen "
+                     "by another cost profile")
     low = np.array([spread.get(j, (c, c))[0] for j, c in enumerate(cost)])
     high = np.array([spread.get(j, (c, c))[1] for j, c in enumerate(cost)])
     verdict = _verdict(measured, np.array(cost), low, high, best, priced, scale)
+    verdict = attrs.evolve(verdict, margin_source=verdict.margin_source + aside)
     x = best if verdict.kept == "tuned" else priced[verdict.kept]
     return attrs.evolve(tuned_plan(x), verdict=verdict, scale=scale)
 

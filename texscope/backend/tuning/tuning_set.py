@@ -273,4 +273,7 @@ def _in_place_programs(mod: tvm.IRModule, target, texture, root: Path, previous)
         (root / folder).mkdir(parents=True)
         program.write(root / folder)
         programs[label] = folder.as_posix()
-    return {"function": "main", "programs": programs}
+    # A build under another cost profile plans another default: it weighs none.
+    chosen_by = ({tuning_format.DEFAULT_PROFILE: texture.profile.digest}
+                 if tuning_format.DEFAULT in programs else {})
+    return {"function": "main", **chosen_by, "programs": programs}
