@@ -392,6 +392,8 @@ def test_tune_time_build_and_replay_as_installed_commands(tmp_path):
     assert replayed.returncode == 0, replayed.stderr
     explained = run("texscope", "explain", str(model), "--tuning", str(tmp_path / "tuning.json"))
     assert explained.returncode == 0 and "Kernels, measured" in explained.stdout
+    assert "or a plan run whole, the default or an earlier round's" in explained.stdout
+    assert re.search(r"- main: tuned plan predicted .*; default \d+\.\d{3} ms", explained.stdout)
     # Fitted to the device's images, the build may plan under smaller limits
     # (test_a_tuning_file_for_smaller_images_applies): the file applies.
     fitted = run("texscope", "build", str(model), "--tuning", str(tmp_path / "tuning.json"),

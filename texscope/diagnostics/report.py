@@ -223,7 +223,8 @@ class Report:
                   + (", ".join(self.untuned) if self.untuned else "none.")]
         if self.verdicts:
             lines += ["", "Against the simple plans (the tuned plan is kept only where it beats "
-                      "the better of all-buffer and all-texture by more than the margin):",
-                      ""]
+                      "the plan to beat by more than the margin: all-buffer, or all-texture or "
+                      "a plan run whole, the default or an earlier round's, where that one beats "
+                      "all-buffer by its own margin):", ""]
             lines += [f"- {v.function}: {v.reason}" for v in self.verdicts]
         return lines

@@ -175,8 +175,8 @@ class CostProfile:
 # above any copy's price, yet not so far that a large model's cut overflows.
 EVERYWHERE = 10.0
 
-# How much a tuned plan must beat the better of all-buffer and all-texture,
-# by its predicted time, to be kept, where the tuning file records no
+# How much a tuned plan must beat the plan to beat (all-buffer, or a plan
+# that beats all-buffer by its own margin), by its predicted time, to be kept, where the tuning file records no
 # measurement spread to derive it from.
 TUNING_MARGIN = Price(0.03, "zoo mobilenet_v2 on an NVIDIA H200 (docs/benchmarks.md, tuned "
                             "plans): predicted 0.5% faster than all-buffer, measured 8% slower; "
