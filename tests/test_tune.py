@@ -877,6 +877,25 @@ def test_a_default_plan_that_ran_fastest_is_the_one_to_beat(two_convs_set):
         {"const0", "const1", "x_layout_transform", "lv"}
 
 
+def test_a_second_round_after_the_default_plan_runs_it_once(two_convs_set, tmp_path):
+    """The first file kept the default plan (it ran fastest whole); the
+    second round's earlier plan is that program: built and run whole once,
+    as ``previous``."""
+    manifest = tuning.read_set(two_convs_set)
+    whole = _run_whole(synthetic(manifest, _textures_lose, spread=0.01), 4e-3, 1e-2)
+    earlier = _with_default(whole, 3e-3)
+    assert build(two_convs(), TARGET, tuning=earlier).report.verdicts[0].kept == "default"
+    tuning_set.export(two_convs(), TARGET, tmp_path / "set", "two_convs", log=lambda *_: None,
+                      previous={**earlier, "origin": "earlier.json"})
+    again = tuning.read_set(tmp_path / "set")["in_place"]
+    assert again == {"function": "main", "programs": {
+        "all-buffer": "in-place/all-buffer", "all-texture": "in-place/all-texture",
+        "previous": "in-place/previous"}}
+    written = json.loads((tmp_path / "set" / "in-place" / "previous" / "plan.json").read_text())
+    assert written["steps"] == json.loads(json.dumps(plan_of(build(two_convs(), TARGET))
+                                                     .to_json()["steps"]))
+
+
 def test_a_default_plan_of_another_cost_profile_is_not_weighed(two_convs_set):
     """The same file, built under another cost profile (every map in a
     texture, the weights in buffers): that build's default plan is not the

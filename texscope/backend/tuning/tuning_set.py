@@ -253,22 +253,21 @@ def export(mod: tvm.IRModule, target, directory, model: str, log=print,
 
 def _in_place_programs(mod: tvm.IRModule, target, texture, root: Path, previous) -> dict:
     """Build ``mod``'s all-buffer and all-texture plans (the extremes the
-    planner's guard weighs), the plan the target's cost profile chooses
-    where it is neither extreme's program (the build without a tuning file:
-    the tuned plan is weighed against it too), and the plan ``previous``
-    chooses where given, into ``root``/in-place; the manifest's entry."""
+    planner's guard weighs), the plan ``previous`` chooses where given, and
+    the plan the target's cost profile chooses (the build without a tuning
+    file: the tuned plan is weighed against it too) where none of those is
+    its program, into ``root``/in-place; the manifest's entry."""
     profiles = extreme_profiles(texture.profile)
     builds = {label: {"profile": profiles[label]} for label in tuning_format.IN_PLACE_LABELS}
     builds[tuning_format.DEFAULT] = {}
     if previous is not None:
         builds[tuning_format.PREVIOUS] = {"tuning": previous}  # refused if another model's
-    programs, built = {}, {}
-    for label, how in builds.items():
-        program = plan_of(build(mod, target, **how))
-        if label == tuning_format.DEFAULT and any(program == built[extreme] for extreme
-                                                  in tuning_format.IN_PLACE_LABELS):
-            continue  # timed whole already, under that extreme's label
-        built[label] = program
+    built = {label: plan_of(build(mod, target, **how)) for label, how in builds.items()}
+    if any(built[tuning_format.DEFAULT] == program for label, program in built.items()
+           if label != tuning_format.DEFAULT):
+        del built[tuning_format.DEFAULT]  # run whole already, under that plan's label
+    programs = {}
+    for label, program in built.items():
         folder = Path(tuning_format.IN_PLACE) / label
         (root / folder).mkdir(parents=True)
         program.write(root / folder)
