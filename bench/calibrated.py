@@ -128,7 +128,7 @@ def measure(directory: Path, names, device, runs: int) -> dict:
         found[name] = {}
         for label, runs_of in results.items():
             timed = runs_of[1:] or runs_of  # the first run of each warms up
-            seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
+            seconds = statistics.median(r.seconds for r in timed)
             ok = compare(runs_of[0].outputs, expected, TOLERANCE, TOLERANCE).ok
             # Two builds that run the same program differ in time by noise only.
             same = [other for other in ("all texture", "all buffer")

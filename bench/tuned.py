@@ -346,7 +346,7 @@ def _measure_model(root: Path, device, runs: int, one_shot: bool, contexts: bool
     rows = {}
     for label, done in results.items():
         timed = done[1:]
-        seconds = statistics.median(sum(t.seconds for t in r.times) for r in timed)
+        seconds = statistics.median(r.seconds for r in timed)
         ok = agreement(done[0].outputs, expected).ok
         rows[label] = {"run": done[0], "seconds": seconds, "ok": ok,
                        "times": rp.median_times(timed),

@@ -42,8 +42,7 @@ PROGRAMS = ("all-buffer", "all-texture", "tuned")
 
 
 def _median_ms(session, runs: int) -> float:
-    return 1e3 * statistics.median(sum(t.seconds for t in session.profiled(None).times)
-                                   for _ in range(runs))
+    return 1e3 * statistics.median(session.profiled(None).seconds for _ in range(runs))
 
 
 def protocols(root: Path, device, runs: int) -> dict[str, dict[str, float]]:
@@ -72,7 +71,7 @@ def protocols(root: Path, device, runs: int) -> dict[str, dict[str, float]]:
     turns: dict[str, list[float]] = {label: [] for label in plans}
     for turn in rp.taking_turns(list(plans), runs):
         for label in turn:
-            turns[label].append(sum(t.seconds for t in shared[label].profiled(None).times))
+            turns[label].append(shared[label].profiled(None).seconds)
     found["turns"] = {label: 1e3 * statistics.median(r) for label, r in turns.items()}
     found["back to back"] = {label: _median_ms(s, runs) for label, s in shared.items()}
     shared = context = None

@@ -106,6 +106,8 @@ def test_replay_without_tvm_gives_the_numbers_of_opencl_run(conflict, tmp_path):
     assert verify.compare(replayed, expected, 1e-3, 1e-3).ok
     times = json.loads((tmp_path / "times.json").read_text())
     assert times["copies"] == 1 and len(times["commands"]) == len(in_process.times)
+    assert in_process.seconds == pytest.approx(sum(t.seconds for t in in_process.times))
+    assert in_process.seconds > 0
 
 
 def test_replay_reports_a_mismatch_with_exit_status_1(conflict, tmp_path):

@@ -35,6 +35,7 @@ from texscope.knowledge.profile import SET_TO_MODEL
 from texscope.knowledge.targets import host_target, is_texture_scope, texture_target
 from texscope.opencl import tuning
 from texscope.opencl.executor import plan_of
+from texscope.opencl.session import KernelTime, RunResult
 from texscope.opencl.tune import WHOLE_SESSIONS, measure
 from texscope.pipeline import annotate_module
 from texscope.planner import tuned as tuned_planner
@@ -1114,8 +1115,7 @@ def test_the_models_programs_run_whole_taking_turns_in_fresh_sessions(monkeypatc
 
         def profiled(self, inputs):
             events.append((self.plan, self.round, "warm-up" if inputs is not None else "run"))
-            return types.SimpleNamespace(
-                times=[types.SimpleNamespace(seconds=1e-3 * (1 + self.round))])
+            return RunResult((), (KernelTime("lv", "k", 1e-3 * (1 + self.round)),), 0, 0)
 
     monkeypatch.setattr(tuner, "Session", Recorded)
     monkeypatch.setattr(tuner, "random_inputs", lambda plan: [])

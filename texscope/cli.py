@@ -391,7 +391,7 @@ def cmd_run(args) -> int:
                                rtol=args.tolerance, atol=args.tolerance, of_scale=True)
         print(check.line("PyTorch (eager)"))
         checks.append(check)
-    total = sum(t.seconds for t in run.times)
+    total = run.seconds
     print(f"time per command, slowest first (total {total * 1e3:.3f} ms):")
     for timed in run.slowest()[:args.top]:
         print(f"  {timed.seconds * 1e3:9.3f} ms  {timed.binding:<12} {timed.kernel}")

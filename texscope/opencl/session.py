@@ -66,6 +66,11 @@ class RunResult:
         return sorted(self.times, key=lambda t: -t.seconds)
 
     @property
+    def seconds(self) -> float:
+        """The run's device time: every command's, summed."""
+        return sum(t.seconds for t in self.times)
+
+    @property
     def launches(self) -> int:
         return len(self.times) - self.copies
 

@@ -170,7 +170,7 @@ def run_whole(plans: dict, device, repeats: int, jobs: int | None = None,
             live[label].profiled(inputs)
         for turn in taking_turns(list(plans), repeats):
             for label in turn:
-                runs[label].append(sum(t.seconds for t in live[label].profiled(None).times))
+                runs[label].append(live[label].profiled(None).seconds)
         live = context = None  # one round's device memory goes before the next's
     return {label: {"seconds": statistics.median(r), "min_seconds": min(r),
                     "max_seconds": max(r)} for label, r in runs.items()}

@@ -47,7 +47,7 @@ IN_PLACE_LABELS = ("all-buffer", "all-texture")
 # The plan an earlier tuning file chose, run whole beside them where given.
 PREVIOUS = "previous"
 # The plan the target's cost profile chooses (the build without a tuning
-# file), run whole beside them where it is neither extreme's program.
+# file), run whole beside them where no other of the set's programs is it.
 DEFAULT = "default"
 # The digest of the cost profile that chose it (CostProfile.digest).
 DEFAULT_PROFILE = "default_profile"
